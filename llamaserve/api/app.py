@@ -1,0 +1,247 @@
+"""The HTTP application: thin routes over the serving adapters.
+
+Routes parse and validate the body, hand it to a serving function, and shape
+errors. Nothing here decodes tokens or renders templates.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from llamaserve.api.errors import APIError, validation_message
+from llamaserve.api.sse import ClientGone, data_event, sse_response, until_disconnect
+from llamaserve.engine.types import Finished, TextDelta
+from llamaserve.protocol.native import (
+    ApplyTemplateRequest,
+    DetokenizeRequest,
+    NativeCompletionRequest,
+    TokenizeRequest,
+)
+from llamaserve.protocol.openai import ChatCompletionRequest, CompletionRequest
+from llamaserve.serving import chat, completion, generate, info
+from llamaserve.serving.runtime import ModelRuntime, ServerState
+
+log = logging.getLogger("llamaserve.http")
+
+M = TypeVar("M", bound=BaseModel)
+
+DEFAULT_BODY_LIMIT = 32 * 1024 * 1024
+
+
+class JSONUTF8Response(JSONResponse):
+    media_type = "application/json; charset=utf-8"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+async def read_json(request: Request, model: type[M], limit: int = DEFAULT_BODY_LIMIT) -> M:
+    """The body as `model`; every way it can be wrong is a 4xx naming the problem."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise APIError(f"request body too large (limit is {limit} bytes)", "request_too_large", status=413)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise APIError(f"request body too large (limit is {limit} bytes)", "request_too_large", status=413)
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise APIError("the request body is empty; expected a JSON object")
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError:
+        raise APIError("the request body is not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise APIError(f"the request body is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise APIError("the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise APIError(validation_message(exc)) from None
+
+
+async def _chain(first: TextDelta | Finished,
+                 rest: AsyncIterator[TextDelta | Finished]) -> AsyncIterator[TextDelta | Finished]:
+    yield first
+    async for event in rest:
+        yield event
+
+
+async def stream_events(request: Request, events: AsyncIterator[TextDelta | Finished],
+                        frame: Callable[[AsyncIterator[TextDelta | Finished]], AsyncIterator[bytes]],
+                        *, error_frame: Callable[[APIError], bytes] | None = None) -> Response:
+    """An SSE response whose status is decided by the first event.
+
+    Waiting for the first event means a request that cannot start (prompt
+    too long, bad parameters found by the engine) gets a proper 4xx instead
+    of a 200 stream holding an error. Later failures are sent in-stream.
+    """
+    try:
+        first = await until_disconnect(request, events.__anext__())
+    except StopAsyncIteration:
+        raise APIError("generation ended without a result", "server_error") from None
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in frame(_chain(first, events)):
+                yield chunk
+        except APIError as exc:
+            yield error_frame(exc) if error_frame else data_event(exc.openai_body())
+        finally:
+            await events.aclose()
+
+    return sse_response(body())
+
+
+def create_app(state: ServerState) -> FastAPI:
+    app = FastAPI(title="llamaserve", version="0.1.0", docs_url=None, redoc_url=None)
+    app.state.server = state
+
+    def runtime() -> ModelRuntime:
+        if state.runtime is None:
+            raise APIError("Loading model", "unavailable_error")
+        return state.runtime
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> Response:
+        return JSONUTF8Response(exc.openai_body(), status_code=exc.status)
+
+    @app.exception_handler(ClientGone)
+    async def _gone(request: Request, exc: ClientGone) -> Response:
+        return Response(status_code=499)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONUTF8Response(APIError(str(exc.detail), kind, status=exc.status_code).openai_body(),
+                                status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s", request.url.path)
+        return JSONUTF8Response(APIError(f"internal error: {type(exc).__name__}", "server_error").openai_body(),
+                                status_code=500)
+
+    # ------------------------------------------------------------- health
+    @app.get("/health")
+    @app.get("/v1/health")
+    async def health() -> Response:
+        runtime()
+        return JSONUTF8Response({"status": "ok"})
+
+    # ------------------------------------------------------------- models
+    @app.get("/v1/models")
+    @app.get("/models")
+    async def list_models() -> Response:
+        return JSONUTF8Response(info.models(runtime()))
+
+    @app.get("/props")
+    async def get_props() -> Response:
+        return JSONUTF8Response(info.props(runtime()))
+
+    @app.post("/props")
+    async def set_props() -> Response:
+        runtime()
+        if not state.config.endpoint_props:
+            raise APIError("This server does not support changing global properties. Start it with `--props`",
+                           "not_supported_error")
+        return JSONUTF8Response({"success": True})
+
+    @app.get("/slots")
+    async def get_slots(request: Request) -> Response:
+        rt = runtime()
+        if not state.config.endpoint_slots:
+            raise APIError("This server does not support slots endpoint. Start it with `--slots`",
+                           "not_supported_error")
+        if request.query_params.get("fail_on_no_slot") in ("1", "true") and \
+                all(s.busy for s in rt.scheduler.slots):
+            raise APIError("no slot available", "unavailable_error")
+        return JSONUTF8Response(info.slots(rt))
+
+    # ------------------------------------------------------------- tokens
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        rt = runtime()
+        req = await read_json(request, TokenizeRequest)
+        tokens = rt.model.tokenize(req.content, add_special=req.add_special, parse_special=req.parse_special)
+        if not req.with_pieces:
+            return JSONUTF8Response({"tokens": tokens})
+        out = []
+        for t in tokens:
+            raw = rt.model.piece(t, special=True)
+            try:
+                piece: str | list[int] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                piece = list(raw)
+            out.append({"id": t, "piece": piece})
+        return JSONUTF8Response({"tokens": out})
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        rt = runtime()
+        req = await read_json(request, DetokenizeRequest)
+        bad = [t for t in req.tokens if not rt.model.valid_token(t)]
+        if bad:
+            raise APIError(f"invalid token id {bad[0]} (vocabulary size {rt.model.n_vocab})")
+        return JSONUTF8Response({"content": rt.model.detokenize(req.tokens, special=True)})
+
+    @app.post("/apply-template")
+    async def apply_template(request: Request) -> Response:
+        rt = runtime()
+        req = await read_json(request, ApplyTemplateRequest)
+        prompt = chat.render_prompt(rt, req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
+        return JSONUTF8Response({"prompt": prompt})
+
+    # --------------------------------------------------------- generation
+    @app.post("/completion")
+    @app.post("/completions")
+    async def native_completion(request: Request) -> Response:
+        rt = runtime()
+        req = await read_json(request, NativeCompletionRequest)
+        jobs = completion.native_requests(rt, req)
+        if req.stream:
+            if len(jobs) != 1:
+                raise APIError("streaming supports a single prompt")
+            job, prompt = jobs[0]
+            events = generate.stream(rt.engine, job)
+            return await stream_events(
+                request, events, lambda ev: completion.native_stream(rt, req, job, prompt, ev))
+        body = await until_disconnect(request, completion.native_complete(rt, req, jobs))
+        return JSONUTF8Response(body)
+
+    @app.post("/v1/completions")
+    async def oai_completion(request: Request) -> Response:
+        rt = runtime()
+        req = await read_json(request, CompletionRequest)
+        jobs = completion.oai_requests(rt, req)
+        if req.stream:
+            if len(jobs) != 1:
+                raise APIError("streaming supports a single prompt")
+            events = generate.stream(rt.engine, jobs[0])
+            return await stream_events(request, events, lambda ev: completion.oai_stream(rt, req, ev))
+        return JSONUTF8Response(await until_disconnect(request, completion.oai_complete(rt, jobs)))
+
+    @app.post("/v1/chat/completions")
+    @app.post("/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        rt = runtime()
+        req = await read_json(request, ChatCompletionRequest)
+        job = chat.chat_request(rt, req)
+        if req.stream:
+            events = generate.stream(rt.engine, job)
+            return await stream_events(request, events, lambda ev: chat.chat_stream(rt, req, ev))
+        return JSONUTF8Response(await until_disconnect(request, chat.chat_complete(rt, job)))
+
+    return app

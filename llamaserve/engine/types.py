@@ -1,0 +1,92 @@
+"""Engine-side request and event types: plain dataclasses, no pydantic, no ctypes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from llamaserve.llama.sampler import SamplerConfig
+
+SamplingParams = SamplerConfig
+
+
+@dataclass
+class GenerationRequest:
+    """What the scheduler needs to run one completion."""
+
+    prompt_tokens: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    n_predict: int = -1  # -1: until end of generation or the slot's context is full
+    stop: tuple[str, ...] = ()
+    cache_prompt: bool = True
+    id_slot: int = -1
+    t_max_predict_ms: int = 0
+    n_keep: int = 0
+
+
+@dataclass
+class Timings:
+    """llama-server's `timings` object."""
+
+    cache_n: int = 0
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+
+    def to_json(self) -> dict[str, float | int]:
+        prompt_ms = max(self.prompt_ms, 1e-9)
+        predicted_ms = max(self.predicted_ms, 1e-9)
+        return {
+            "cache_n": self.cache_n,
+            "prompt_n": self.prompt_n,
+            "prompt_ms": round(self.prompt_ms, 3),
+            "prompt_per_token_ms": round(self.prompt_ms / self.prompt_n, 3) if self.prompt_n else 0.0,
+            "prompt_per_second": round(1000.0 * self.prompt_n / prompt_ms, 3) if self.prompt_n else 0.0,
+            "predicted_n": self.predicted_n,
+            "predicted_ms": round(self.predicted_ms, 3),
+            "predicted_per_token_ms": round(self.predicted_ms / self.predicted_n, 3) if self.predicted_n else 0.0,
+            "predicted_per_second": round(1000.0 * self.predicted_n / predicted_ms, 3)
+            if self.predicted_n else 0.0,
+        }
+
+
+@dataclass
+class TextDelta:
+    """New output text (never a broken UTF-8 sequence, never part of a stop string)."""
+
+    text: str
+    tokens: list[int]
+
+
+@dataclass
+class Finished:
+    """The last event of a request.
+
+    stop_type is llama-server's: "eos", "limit" (n_predict, context or time),
+    "word" (a stop string), "abort" (client gone) or "none".
+    """
+
+    stop_type: str
+    stopping_word: str
+    n_prompt_tokens: int
+    n_cached: int
+    n_predicted: int
+    timings: Timings
+    id_slot: int
+    truncated: bool = False
+    all_tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Failed:
+    """The request could not run (e.g. the prompt does not fit the slot)."""
+
+    message: str
+    kind: str = "invalid_request_error"
+    status: int = 400
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+Event = TextDelta | Finished | Failed
+EventSink = Callable[[list[Event]], None]

@@ -1,0 +1,111 @@
+"""A llama.cpp context: the KV cache, one reusable batch, decode and memory ops.
+
+Only the scheduler thread touches a Context after creation.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import llama_cpp.llama_cpp as C
+
+from llamaserve.llama.model import Model
+
+POOLING_TYPES: dict[str, int] = {
+    "unspecified": C.LLAMA_POOLING_TYPE_UNSPECIFIED,
+    "none": C.LLAMA_POOLING_TYPE_NONE,
+    "mean": C.LLAMA_POOLING_TYPE_MEAN,
+    "cls": C.LLAMA_POOLING_TYPE_CLS,
+    "last": C.LLAMA_POOLING_TYPE_LAST,
+    "rank": C.LLAMA_POOLING_TYPE_RANK,
+}
+
+FLASH_ATTN_TYPES: dict[str, int] = {
+    "auto": C.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": C.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": C.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
+class ContextError(RuntimeError):
+    """The context could not be created or a decode failed hard."""
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    n_seq_max: int
+    n_threads: int
+    n_threads_batch: int
+    kv_unified: bool
+    embeddings: bool = False
+    pooling: str = "unspecified"
+    flash_attn: str = "auto"
+
+
+class Context:
+    """Owns a llama_context and a batch sized to n_batch."""
+
+    def __init__(self, model: Model, settings: ContextSettings) -> None:
+        params = C.llama_context_default_params()
+        params.n_ctx = settings.n_ctx
+        params.n_batch = settings.n_batch
+        params.n_ubatch = min(settings.n_ubatch, settings.n_batch)
+        params.n_seq_max = settings.n_seq_max
+        params.n_threads = settings.n_threads
+        params.n_threads_batch = settings.n_threads_batch
+        params.kv_unified = settings.kv_unified
+        params.embeddings = settings.embeddings
+        params.pooling_type = POOLING_TYPES[settings.pooling]
+        params.flash_attn_type = FLASH_ATTN_TYPES[settings.flash_attn]
+        params.no_perf = True
+        handle = C.llama_init_from_model(model.handle, params)
+        if not handle:
+            raise ContextError("failed to create the llama context (is -c too large for memory?)")
+        self.handle = handle
+        self.model = model
+        self.settings = settings
+        self.memory = C.llama_get_memory(handle)
+        self.n_ctx: int = int(C.llama_n_ctx(handle))
+        self.n_ctx_seq: int = int(C.llama_n_ctx_seq(handle))
+        self.n_batch: int = int(C.llama_n_batch(handle))
+        self.batch = C.llama_batch_init(self.n_batch, 0, 1)
+        # Each batch row carries exactly one sequence id, written in place.
+        for i in range(self.n_batch):
+            self.batch.n_seq_id[i] = 1
+
+    # ---------------------------------------------------------------- decode
+    def decode(self, rows: list[tuple[int, int, int, bool]]) -> int:
+        """Decode rows of (token, pos, seq_id, want_logits); returns llama_decode's code."""
+        batch = self.batch
+        token, pos, seq_id, logits = batch.token, batch.pos, batch.seq_id, batch.logits
+        for i, (tok, p, seq, want) in enumerate(rows):
+            token[i] = tok
+            pos[i] = p
+            seq_id[i][0] = seq
+            logits[i] = 1 if want else 0
+        batch.n_tokens = len(rows)
+        return int(C.llama_decode(self.handle, batch))
+
+    def logits_row(self, index: int) -> ctypes.Array[ctypes.c_float]:
+        ptr = C.llama_get_logits_ith(self.handle, index)
+        return ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float * self.model.n_vocab)).contents
+
+    # ---------------------------------------------------------------- memory
+    def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> bool:
+        return bool(C.llama_memory_seq_rm(self.memory, seq_id, p0, p1))
+
+    def seq_copy(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        C.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
+
+    def clear(self) -> None:
+        C.llama_memory_clear(self.memory, True)
+
+    def close(self) -> None:
+        if self.handle:
+            C.llama_batch_free(self.batch)
+            C.llama_free(self.handle)
+            self.handle = None

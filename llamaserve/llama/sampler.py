@@ -1,0 +1,220 @@
+"""Per-request sampler chains built from llama.cpp's samplers.
+
+The chain follows llama-server's order (``samplers`` names), so the same
+request gives the same tokens on both servers. Adding a sampler is one entry
+in ``_STAGES``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import llama_cpp.llama_cpp as C
+
+from llamaserve.llama.model import Model
+
+DEFAULT_SAMPLERS: tuple[str, ...] = (
+    "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
+)
+
+# Single-letter codes of --sampling-seq, as llama.cpp names them.
+SAMPLER_LETTERS: dict[str, str] = {
+    "e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
+    "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature",
+}
+
+# Accepted spellings of sampler names in the `samplers` request field.
+SAMPLER_ALIASES: dict[str, str] = {
+    "penalties": "penalties", "dry": "dry", "top_n_sigma": "top_n_sigma", "top_k": "top_k",
+    "typ_p": "typ_p", "typical_p": "typ_p", "typical": "typ_p", "top_p": "top_p", "nucleus": "top_p",
+    "min_p": "min_p", "xtc": "xtc", "temperature": "temperature", "temp": "temperature",
+}
+
+DEFAULT_DRY_BREAKERS: tuple[str, ...] = ("\n", ":", "\"", "*")
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Every sampling knob of one request (llama-server's defaults)."""
+
+    temperature: float = 0.8
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    top_n_sigma: float = -1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    repeat_last_n: int = 64
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1
+    dry_sequence_breakers: tuple[str, ...] = DEFAULT_DRY_BREAKERS
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    seed: int = -1
+    min_keep: int = 0
+    ignore_eos: bool = False
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    samplers: tuple[str, ...] = DEFAULT_SAMPLERS
+    grammar: str | None = None
+    n_probs: int = 0
+
+    def uses_history(self) -> bool:
+        """Whether the chain must see the prompt tokens (penalties and DRY do)."""
+        penalties = self.repeat_last_n != 0 and (
+            self.repeat_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+        )
+        return penalties or self.dry_multiplier > 0.0
+
+
+def resolve_seed(seed: int) -> int:
+    """llama.cpp treats 0xFFFFFFFF as 'random'; pick one so /slots can show it."""
+    if seed is None or seed < 0 or seed == 0xFFFFFFFF:
+        return random.randint(0, 0xFFFFFFFE)
+    return seed & 0xFFFFFFFF
+
+
+@dataclass
+class _Keepalive:
+    """ctypes buffers that must outlive the chain (llama.cpp copies most, not all)."""
+
+    objects: list[object] = field(default_factory=list)
+
+
+def _penalties(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+    active = cfg.repeat_penalty != 1.0 or cfg.presence_penalty != 0.0 or cfg.frequency_penalty != 0.0
+    if cfg.repeat_last_n == 0 or not active:
+        return None
+    last_n = model.n_vocab if cfg.repeat_last_n == -1 else cfg.repeat_last_n
+    return C.llama_sampler_init_penalties(
+        model.n_vocab, last_n, cfg.repeat_penalty, cfg.frequency_penalty, cfg.presence_penalty)
+
+
+def _dry(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+    if cfg.dry_multiplier <= 0.0:
+        return None
+    breakers = [b.encode() for b in cfg.dry_sequence_breakers]
+    arr = (ctypes.c_char_p * max(1, len(breakers)))(*breakers)
+    keep.objects.append(arr)
+    return C.llama_sampler_init_dry(
+        model.vocab, cfg.dry_multiplier, cfg.dry_base, cfg.dry_allowed_length,
+        cfg.dry_penalty_last_n, arr, len(breakers))
+
+
+def _top_n_sigma(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+    return C.llama_sampler_init_top_n_sigma(cfg.top_n_sigma) if cfg.top_n_sigma > 0 else None
+
+
+def _top_k(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+    return C.llama_sampler_init_top_k(cfg.top_k) if cfg.top_k > 0 else None
+
+
+def _typical(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+    return C.llama_sampler_init_typical(cfg.typical_p, cfg.min_keep) if cfg.typical_p < 1.0 else None
+
+
+def _top_p(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+    return C.llama_sampler_init_top_p(cfg.top_p, cfg.min_keep) if cfg.top_p < 1.0 else None
+
+
+def _min_p(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+    return C.llama_sampler_init_min_p(cfg.min_p, cfg.min_keep) if cfg.min_p > 0.0 else None
+
+
+def _xtc(model: Model, cfg: SamplerConfig, keep: _Keepalive, seed: int) -> int | None:
+    if cfg.xtc_probability <= 0.0:
+        return None
+    return C.llama_sampler_init_xtc(cfg.xtc_probability, cfg.xtc_threshold, cfg.min_keep, seed)
+
+
+def _temperature(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+    return C.llama_sampler_init_temp_ext(cfg.temperature, cfg.dynatemp_range, cfg.dynatemp_exponent)
+
+
+_STAGES: dict[str, Callable[[Model, SamplerConfig, _Keepalive], int | None]] = {
+    "penalties": _penalties,
+    "dry": _dry,
+    "top_n_sigma": _top_n_sigma,
+    "top_k": _top_k,
+    "typ_p": _typical,
+    "top_p": _top_p,
+    "min_p": _min_p,
+    "temperature": _temperature,
+}
+
+
+class SamplerChain:
+    """One request's sampler: logit bias, the ordered stages, then the final pick."""
+
+    def __init__(self, model: Model, cfg: SamplerConfig) -> None:
+        self.model = model
+        self.cfg = cfg
+        self.seed = resolve_seed(cfg.seed)
+        self._keep = _Keepalive()
+        chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+        self.handle = chain
+        self._add(self._logit_bias(model, cfg))
+        if cfg.mirostat == 0:
+            for name in cfg.samplers:
+                if name == "xtc":
+                    self._add(_xtc(model, cfg, self._keep, self.seed))
+                else:
+                    self._add(_STAGES[name](model, cfg, self._keep))
+            # temp_ext with temperature <= 0 keeps only the best token, so the
+            # final dist sampler then acts greedily, exactly as llama.cpp does.
+            self._add(C.llama_sampler_init_dist(self.seed))
+        else:
+            self._add(_penalties(model, cfg, self._keep))
+            self._add(C.llama_sampler_init_temp(cfg.temperature))
+            if cfg.mirostat == 1:
+                self._add(C.llama_sampler_init_mirostat(
+                    model.n_vocab, self.seed, cfg.mirostat_tau, cfg.mirostat_eta, 100))
+            else:
+                self._add(C.llama_sampler_init_mirostat_v2(self.seed, cfg.mirostat_tau, cfg.mirostat_eta))
+
+    def _logit_bias(self, model: Model, cfg: SamplerConfig) -> int | None:
+        biases = list(cfg.logit_bias)
+        if cfg.ignore_eos:
+            # Ban every end-of-generation token, as llama-server does for ignore_eos.
+            biases += [(t, float("-inf")) for t in model.eog_tokens()]
+        if not biases:
+            return None
+        arr = (C.llama_logit_bias * len(biases))()
+        for i, (tok, bias) in enumerate(biases):
+            arr[i].token = tok
+            arr[i].bias = bias
+        self._keep.objects.append(arr)
+        return C.llama_sampler_init_logit_bias(model.n_vocab, len(biases), arr)
+
+    def _add(self, sampler: int | None) -> None:
+        if sampler:
+            C.llama_sampler_chain_add(self.handle, sampler)
+
+    def accept(self, token: int) -> None:
+        C.llama_sampler_accept(self.handle, token)
+
+    def sample(self, ctx_handle: object, index: int) -> int:
+        """Pick a token from the logits at batch row ``index`` and accept it."""
+        return int(C.llama_sampler_sample(self.handle, ctx_handle, index))
+
+    def close(self) -> None:
+        if self.handle:
+            C.llama_sampler_free(self.handle)
+            self.handle = None
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass

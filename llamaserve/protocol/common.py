@@ -1,0 +1,57 @@
+"""Request fields shared by every generating endpoint: llama.cpp's sampling knobs.
+
+llama-server accepts its native sampling parameters on the OpenAI routes too,
+so all request models inherit these. Every number is range-checked here so
+a bad value is a 400 naming the field, never a crash in C.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+LogitBias = dict[str, float | bool] | list[list[Any]]
+
+
+class SamplingFields(BaseModel):
+    # Unknown fields are accepted and ignored, as llama-server does: clients
+    # send vendor extensions (user, metadata, store, …) that change nothing.
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    temperature: float | None = Field(None, ge=0.0, le=100.0)
+    dynatemp_range: float | None = Field(None, ge=0.0, le=100.0)
+    dynatemp_exponent: float | None = Field(None, ge=0.0, le=100.0)
+    top_k: int | None = Field(None, ge=0, le=1_000_000)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    typical_p: float | None = Field(None, ge=0.0, le=1.0)
+    top_n_sigma: float | None = Field(None, ge=-1.0, le=100.0)
+    xtc_probability: float | None = Field(None, ge=0.0, le=1.0)
+    xtc_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    repeat_last_n: int | None = Field(None, ge=-1, le=1_000_000)
+    repeat_penalty: float | None = Field(None, ge=0.0, le=100.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    dry_multiplier: float | None = Field(None, ge=0.0, le=100.0)
+    dry_base: float | None = Field(None, ge=1.0, le=100.0)
+    dry_allowed_length: int | None = Field(None, ge=0, le=10_000)
+    dry_penalty_last_n: int | None = Field(None, ge=-1, le=1_000_000)
+    dry_sequence_breakers: list[str] | None = Field(None, max_length=64)
+    mirostat: int | None = Field(None, ge=0, le=2)
+    mirostat_tau: float | None = Field(None, ge=0.0, le=100.0)
+    mirostat_eta: float | None = Field(None, ge=0.0, le=10.0)
+    seed: int | None = Field(None, ge=-1, le=2**32 - 1)
+    min_keep: int | None = Field(None, ge=0, le=1000)
+    ignore_eos: bool | None = None
+    logit_bias: LogitBias | None = None
+    samplers: list[str] | str | None = None
+    n_probs: int | None = Field(None, ge=0, le=100)
+
+    # llama-server request extras
+    cache_prompt: bool | None = None
+    id_slot: int | None = Field(None, ge=-1)
+    t_max_predict_ms: int | None = Field(None, ge=0)
+    n_keep: int | None = Field(None, ge=-1)
+    n_predict: int | None = Field(None, ge=-1)

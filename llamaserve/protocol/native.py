@@ -1,0 +1,44 @@
+"""llama-server's native request models: /completion, /tokenize, /detokenize, /apply-template."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from llamaserve.protocol.common import SamplingFields
+from llamaserve.protocol.openai import ChatMessage
+
+# A prompt: text, token ids, a mix of both, or a list of such prompts.
+PromptPiece = str | int
+Prompt = str | list[PromptPiece] | list[str | list[PromptPiece]]
+
+
+class NativeCompletionRequest(SamplingFields):
+    prompt: Prompt = ""
+    stream: bool = False
+    stop: list[str] | str | None = None
+    return_tokens: bool = False
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    content: str = ""
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    tokens: list[int] = Field(default_factory=list)
+
+
+class ApplyTemplateRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None

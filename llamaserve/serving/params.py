@@ -1,0 +1,141 @@
+"""Request fields → engine parameters: sampling, stops, prompt tokens.
+
+Shared by every generating endpoint so that each knob means the same thing
+on /completion, /v1/completions and /v1/chat/completions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from llamaserve.api.errors import APIError
+from llamaserve.llama.model import Model
+from llamaserve.llama.sampler import SAMPLER_ALIASES, SAMPLER_LETTERS, SamplerConfig
+from llamaserve.protocol.common import SamplingFields
+
+MAX_PROMPT_CHARS = 64 * 1024 * 1024
+
+_DIRECT_FIELDS = (
+    "temperature", "dynatemp_range", "dynatemp_exponent", "top_k", "top_p", "min_p", "typical_p",
+    "top_n_sigma", "xtc_probability", "xtc_threshold", "repeat_last_n", "repeat_penalty",
+    "presence_penalty", "frequency_penalty", "dry_multiplier", "dry_base", "dry_allowed_length",
+    "dry_penalty_last_n", "mirostat", "mirostat_tau", "mirostat_eta", "seed", "min_keep",
+    "ignore_eos", "n_probs",
+)
+
+
+def _samplers(value: list[str] | str) -> tuple[str, ...]:
+    # A list names samplers; a string is the one-letter form of --sampling-seq.
+    names = list(value) if isinstance(value, list) else list(value)
+    out: list[str] = []
+    for name in names:
+        key = name.strip().lower()
+        canonical = SAMPLER_ALIASES.get(key) if isinstance(value, list) else SAMPLER_LETTERS.get(key)
+        if canonical is None:
+            raise APIError(f"samplers: unknown sampler '{name}'")
+        out.append(canonical)
+    return tuple(out)
+
+
+def _bias_value(raw: Any, where: str) -> float:
+    if raw is False:
+        return -math.inf  # `false` bans the token, as in llama-server
+    if raw is True or not isinstance(raw, (int, float)):
+        raise APIError(f"{where}: bias must be a number or false")
+    value = float(raw)
+    if math.isnan(value):
+        raise APIError(f"{where}: bias must be a number")
+    return value
+
+
+def _bias_targets(model: Model, key: Any, where: str) -> list[int]:
+    if isinstance(key, bool):
+        raise APIError(f"{where}: expected a token id or a string")
+    if isinstance(key, int):
+        token = key
+    elif isinstance(key, str) and key.lstrip("-").isdigit():
+        token = int(key)
+    elif isinstance(key, str):
+        return model.tokenize(key, add_special=False, parse_special=False)
+    else:
+        raise APIError(f"{where}: expected a token id or a string")
+    if not model.valid_token(token):
+        raise APIError(f"{where}: token id {token} is out of range [0, {model.n_vocab})")
+    return [token]
+
+
+def logit_bias(model: Model, raw: dict[str, Any] | list[Any]) -> tuple[tuple[int, float], ...]:
+    """Both llama-server forms: {"id": bias} and [[id_or_text, bias_or_false], …]."""
+    out: list[tuple[int, float]] = []
+    items = list(raw.items()) if isinstance(raw, dict) else raw
+    for i, item in enumerate(items):
+        where = f"logit_bias[{i}]"
+        if isinstance(item, tuple):
+            key, value = item
+        elif isinstance(item, list) and len(item) == 2:
+            key, value = item
+        else:
+            raise APIError(f"{where}: expected [token, bias]")
+        bias = _bias_value(value, where)
+        out += [(tok, bias) for tok in _bias_targets(model, key, where)]
+    if len(out) > 4096:
+        raise APIError("logit_bias: too many entries (at most 4096)")
+    return tuple(out)
+
+
+def sampling_config(req: SamplingFields, defaults: SamplerConfig, model: Model) -> SamplerConfig:
+    changes: dict[str, Any] = {}
+    for name in _DIRECT_FIELDS:
+        value = getattr(req, name, None)
+        if value is not None:
+            changes[name] = value
+    if req.dry_sequence_breakers is not None:
+        changes["dry_sequence_breakers"] = tuple(req.dry_sequence_breakers)
+    if req.samplers is not None:
+        changes["samplers"] = _samplers(req.samplers)
+    if req.logit_bias:
+        changes["logit_bias"] = logit_bias(model, req.logit_bias)
+    return replace(defaults, **changes) if changes else defaults
+
+
+def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    return (stop,) if isinstance(stop, str) else tuple(s for s in stop if s)
+
+
+def check_tokens(model: Model, tokens: list[int]) -> list[int]:
+    for t in tokens:
+        if isinstance(t, bool) or not isinstance(t, int) or not model.valid_token(t):
+            raise APIError(f"the prompt contains an invalid token id: {t!r} (vocabulary size {model.n_vocab})")
+    return tokens
+
+
+def prompt_tokens(model: Model, prompt: Any, *, add_special: bool = True) -> list[int]:
+    """One prompt as text, token ids, or a mix of both (llama-server's forms)."""
+    if isinstance(prompt, str):
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise APIError("the prompt is too long")
+        return model.tokenize(prompt, add_special=add_special, parse_special=True)
+    if isinstance(prompt, list):
+        out: list[int] = []
+        for i, piece in enumerate(prompt):
+            if isinstance(piece, str):
+                out += model.tokenize(piece, add_special=add_special and i == 0, parse_special=True)
+            elif isinstance(piece, int) and not isinstance(piece, bool):
+                out.append(piece)
+            else:
+                raise APIError("the prompt must be a string, token ids, or a mix of both")
+        return check_tokens(model, out)
+    raise APIError("the prompt must be a string, token ids, or a mix of both")
+
+
+def split_prompts(prompt: Any) -> list[Any]:
+    """llama-server's rule: a list holding lists, or only strings, is several prompts;
+    a list holding token ids (possibly mixed with strings) is one prompt."""
+    if isinstance(prompt, list) and prompt:
+        if any(isinstance(p, list) for p in prompt) or all(isinstance(p, str) for p in prompt):
+            return list(prompt)
+    return [prompt]

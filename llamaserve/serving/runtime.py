@@ -1,0 +1,118 @@
+"""The loaded model as the HTTP side sees it: vocabulary, template, engine client.
+
+`load_runtime` builds everything from a ServerConfig; `ServerState` tells
+routes whether the model is still loading.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import llama_cpp
+
+from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError
+from llamaserve.config import ConfigError, ServerConfig
+from llamaserve.engine.client import EngineClient
+from llamaserve.engine.runner import LlamaRunner
+from llamaserve.engine.scheduler import Scheduler
+from llamaserve.llama.context import Context, ContextSettings
+from llamaserve.llama.model import Model, ModelInfo
+
+log = logging.getLogger("llamaserve")
+
+BUILD_INFO = f"llamaserve-0.1.0 (llama-cpp-python {llama_cpp.__version__})"
+
+
+@dataclass
+class ModelRuntime:
+    config: ServerConfig
+    model: Model
+    context: Context
+    scheduler: Scheduler
+    engine: EngineClient
+    template: ChatTemplate
+    template_source: str
+    info: ModelInfo
+    created: int = field(default_factory=lambda: int(time.time()))
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_ctx_slot(self) -> int:
+        return self.context.n_ctx_seq
+
+    @property
+    def alias(self) -> str:
+        return self.config.model_alias
+
+    def close(self) -> None:
+        self.scheduler.stop()
+        self.context.close()
+        self.model.close()
+
+
+def _template_source(config: ServerConfig, model: Model) -> str:
+    if config.chat_template_file:
+        with open(config.chat_template_file, encoding="utf-8") as fh:
+            return fh.read()
+    if config.chat_template:
+        # A built-in name llama-server knows that we ship, or inline Jinja.
+        return CHATML_TEMPLATE if config.chat_template.strip() == "chatml" else config.chat_template
+    return model.chat_template() or CHATML_TEMPLATE
+
+
+def load_runtime(config: ServerConfig) -> ModelRuntime:
+    t0 = time.perf_counter()
+    model = Model(config.model, n_gpu_layers=config.n_gpu_layers, use_mmap=config.use_mmap)
+    info = model.info()
+    n_slots = config.effective_parallel
+    n_ctx = config.ctx_size or info.n_ctx_train
+    settings = ContextSettings(
+        n_ctx=n_ctx,
+        n_batch=config.batch_size,
+        n_ubatch=config.ubatch_size,
+        n_seq_max=n_slots,
+        n_threads=config.effective_threads,
+        n_threads_batch=config.effective_threads_batch,
+        kv_unified=config.effective_kv_unified,
+        embeddings=config.embedding or config.reranking,
+        pooling=config.pooling,
+        flash_attn=config.flash_attn,
+    )
+    context = Context(model, settings)
+    runner = LlamaRunner(model, context)
+    scheduler = Scheduler(runner, n_slots, slot_prompt_similarity=config.slot_prompt_similarity)
+    source = _template_source(config, model)
+    bos = model.token_text(model.bos) if model.bos >= 0 else ""
+    eos = model.token_text(model.eos) if model.eos >= 0 else ""
+    try:
+        template = ChatTemplate(source, bos_token=bos, eos_token=eos)
+    except TemplateError as exc:
+        raise ConfigError(f"the chat template does not compile: {exc}") from exc
+    kwargs: dict[str, Any] = {}
+    if config.chat_template_kwargs:
+        try:
+            kwargs = json.loads(config.chat_template_kwargs)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--chat-template-kwargs is not JSON: {exc}") from exc
+        if not isinstance(kwargs, dict):
+            raise ConfigError("--chat-template-kwargs must be a JSON object")
+    scheduler.start()
+    log.info("model loaded in %.2f s: %s, %d slots x %d tokens of context",
+             time.perf_counter() - t0, info.description, n_slots, context.n_ctx_seq)
+    return ModelRuntime(config=config, model=model, context=context, scheduler=scheduler,
+                        engine=EngineClient(scheduler), template=template, template_source=source,
+                        info=info, chat_template_kwargs=kwargs)
+
+
+@dataclass
+class ServerState:
+    """What every route can see: the config and, once loaded, the runtime."""
+
+    config: ServerConfig
+    runtime: ModelRuntime | None = None
+    load_error: str | None = None
+    started: float = field(default_factory=time.time)

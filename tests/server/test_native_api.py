@@ -1,0 +1,206 @@
+"""llama-server's native endpoints and the behaviour around them."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+
+# One pooled client: creating a client per call costs ~100 ms (TLS setup), which
+# would swamp the timings these tests check.
+HTTP = httpx.Client(timeout=60)
+
+
+def sse_events(response: httpx.Response) -> list[dict]:
+    out = []
+    for line in response.iter_lines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            out.append(json.loads(line[6:]))
+    return out
+
+
+def test_health_models_props(base_url: str, model_path: str) -> None:
+    assert HTTP.get(f"{base_url}/health").json() == {"status": "ok"}
+    models = HTTP.get(f"{base_url}/v1/models").json()
+    assert models["object"] == "list"
+    entry = models["data"][0]
+    assert entry["object"] == "model" and entry["owned_by"] == "llamacpp"
+    assert entry["meta"]["n_vocab"] == 49152 and entry["meta"]["n_ctx"] == 1024
+    assert HTTP.get(f"{base_url}/models").json()["data"][0]["id"] == entry["id"]
+    props = HTTP.get(f"{base_url}/props").json()
+    assert props["total_slots"] == 8
+    assert props["default_generation_settings"]["n_ctx"] == 1024
+    assert props["model_path"] == model_path
+    assert "im_start" in props["chat_template"]
+    assert props["modalities"] == {"vision": False, "video": False, "audio": False}
+    assert props["build_info"]
+
+
+def test_tokenize_detokenize_round_trip(base_url: str) -> None:
+    text = "Hello world, ça va? 😀"
+    tokens = HTTP.post(f"{base_url}/tokenize", json={"content": text}).json()["tokens"]
+    assert all(isinstance(t, int) for t in tokens)
+    assert HTTP.post(f"{base_url}/detokenize", json={"tokens": tokens}).json()["content"] == text
+    pieces = HTTP.post(f"{base_url}/tokenize", json={"content": text, "with_pieces": True}).json()["tokens"]
+    assert [p["id"] for p in pieces] == tokens
+    # a piece that is not valid UTF-8 on its own comes back as a byte array
+    assert "".join(p["piece"] for p in pieces if isinstance(p["piece"], str)).startswith("Hello")
+    assert HTTP.post(f"{base_url}/detokenize", json={"tokens": [-3]}).status_code == 400
+
+
+def test_apply_template_uses_the_models_chatml(base_url: str) -> None:
+    r = httpx.post(f"{base_url}/apply-template", json={"messages": [{"role": "user", "content": "Hi"}]})
+    prompt = r.json()["prompt"]
+    assert "<|im_start|>user\nHi<|im_end|>" in prompt
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_native_completion_shape(base_url: str) -> None:
+    r = httpx.post(f"{base_url}/completion", json={"prompt": "Once upon a time", "n_predict": 8,
+                                                   "temperature": 0}, timeout=60)
+    body = r.json()
+    for key in ("content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
+                "generation_settings", "prompt", "has_new_line", "truncated", "stop_type", "stopping_word",
+                "tokens_cached", "timings"):
+        assert key in body, key
+    assert body["stop"] is True and body["stop_type"] == "limit" and body["tokens_predicted"] == 8
+    assert body["timings"]["predicted_n"] == 8
+    assert body["generation_settings"]["n_predict"] == 8
+
+
+def test_native_prompt_forms(base_url: str) -> None:
+    tokens = HTTP.post(f"{base_url}/tokenize", json={"content": "The sky is"}).json()["tokens"]
+    as_text = httpx.post(f"{base_url}/completion", json={"prompt": "The sky is", "n_predict": 6,
+                                                         "temperature": 0}, timeout=60).json()
+    as_tokens = httpx.post(f"{base_url}/completion", json={"prompt": tokens, "n_predict": 6,
+                                                           "temperature": 0}, timeout=60).json()
+    assert as_tokens["content"] == as_text["content"]
+    many = httpx.post(f"{base_url}/completion", json={"prompt": ["The sky is", "Grass is"], "n_predict": 4,
+                                                      "temperature": 0}, timeout=60).json()
+    assert isinstance(many, list) and len(many) == 2
+    assert many[0]["content"] == as_text["content"][: len(many[0]["content"])]
+    assert [m["index"] for m in many] == [0, 1]
+
+
+def test_native_stream(base_url: str) -> None:
+    with httpx.stream("POST", f"{base_url}/completion", timeout=60, json={
+            "prompt": "List some fruits:", "n_predict": 12, "temperature": 0, "stream": True}) as r:
+        events = sse_events(r)
+    assert events[-1]["stop"] is True and "timings" in events[-1]
+    streamed = "".join(e["content"] for e in events)
+    whole = httpx.post(f"{base_url}/completion", timeout=60, json={
+        "prompt": "List some fruits:", "n_predict": 12, "temperature": 0}).json()
+    assert streamed == whole["content"]
+
+
+def busy_slots(base_url: str) -> int:
+    return sum(1 for s in HTTP.get(f"{base_url}/slots").json() if s["is_processing"])
+
+
+def wait_idle(base_url: str, timeout: float = 5.0) -> float:
+    start = time.time()
+    while time.time() - start < timeout:
+        if busy_slots(base_url) == 0:
+            return time.time() - start
+        time.sleep(0.02)
+    raise AssertionError("slots still busy")
+
+
+def test_stream_disconnect_frees_the_slot(base_url: str) -> None:
+    wait_idle(base_url)
+    with httpx.stream("POST", f"{base_url}/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
+            "max_tokens": 1000, "stream": True, "extra": 1}) as r:
+        seen = 0
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                seen += 1
+            if seen >= 3:
+                break
+        assert busy_slots(base_url) == 1
+    assert wait_idle(base_url) < 2.0
+
+
+def test_non_stream_disconnect_frees_the_slot(base_url: str) -> None:
+    wait_idle(base_url)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{base_url}/completion", timeout=httpx.Timeout(30, read=1.0), json={
+            "prompt": "Write a very long essay about the sea.", "n_predict": 2000, "ignore_eos": True})
+    assert wait_idle(base_url) < 2.0
+
+
+def test_disconnect_during_prompt_processing_frees_the_slot(base_url: str) -> None:
+    wait_idle(base_url)
+    host, port = base_url.removeprefix("http://").split(":")
+    body = json.dumps({"prompt": "lorem ipsum dolor sit amet " * 150, "n_predict": 500,
+                       "cache_prompt": False, "stream": True}).encode()
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        deadline = time.time() + 5
+        while busy_slots(base_url) == 0 and time.time() < deadline:
+            time.sleep(0.005)
+        slot = HTTP.get(f"{base_url}/slots").json()
+        busy = [s for s in slot if s["is_processing"]]
+        assert busy and busy[0]["next_token"][0]["n_decoded"] == 0, "should still be in prompt processing"
+    assert wait_idle(base_url) < 2.0
+
+
+def test_light_endpoints_answer_while_every_slot_is_busy(base_url: str) -> None:
+    wait_idle(base_url)
+    stop = threading.Event()
+
+    def hog() -> None:
+        with httpx.stream("POST", f"{base_url}/completion", timeout=120, json={
+                "prompt": "Tell a long story.", "n_predict": 400, "ignore_eos": True, "stream": True}) as r:
+            for _ in r.iter_lines():
+                if stop.is_set():
+                    break
+
+    threads = [threading.Thread(target=hog) for _ in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.time() + 10
+        while busy_slots(base_url) < 8 and time.time() < deadline:
+            time.sleep(0.05)
+        assert busy_slots(base_url) == 8
+        for path, method, body in (("/health", "GET", None), ("/v1/models", "GET", None),
+                                   ("/tokenize", "POST", {"content": "hello"})):
+            t0 = time.time()
+            r = HTTP.request(method, f"{base_url}{path}", json=body, timeout=5)
+            assert r.status_code == 200
+            assert time.time() - t0 < 0.5, path
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    wait_idle(base_url)
+
+
+def test_repeated_context_overflow_leaves_the_server_healthy(base_url: str) -> None:
+    for _ in range(10):
+        r = httpx.post(f"{base_url}/completion", json={"prompt": "x " * 3000, "n_predict": 1}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "exceed_context_size_error"
+    assert HTTP.get(f"{base_url}/health").status_code == 200
+    ok = httpx.post(f"{base_url}/completion", json={"prompt": "Hi", "n_predict": 2}, timeout=30)
+    assert ok.status_code == 200
+
+
+def test_missing_max_tokens_stops_at_the_context(base_url: str) -> None:
+    r = httpx.post(f"{base_url}/completion", timeout=120, json={
+        "prompt": "Count: 1, 2, 3,", "ignore_eos": True, "temperature": 0}).json()
+    assert r["stop_type"] == "limit"
+    assert r["tokens_evaluated"] + r["tokens_predicted"] <= 1024
+
+
+def test_body_too_large_is_413(base_url: str) -> None:
+    r = httpx.post(f"{base_url}/completion", content=b"{\"prompt\": \"" + b"a" * (33 * 1024 * 1024) + b"\"}",
+                   headers={"Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == 413

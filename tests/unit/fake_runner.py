@@ -1,0 +1,78 @@
+"""A runner without a model: token t's text is a fixed piece, and each sequence
+generates a script of tokens given per prompt, so scheduler behaviour can be
+checked exactly and in milliseconds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llamaserve.engine.runner import PlanRow, StepResult
+from llamaserve.engine.types import SamplingParams
+
+EOG = 0
+
+
+@dataclass
+class FakeSampler:
+    seed: int = 0
+    accepted: list[int] = field(default_factory=list)
+    closed: bool = False
+
+    def accept(self, token: int) -> None:
+        self.accepted.append(token)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeRunner:
+    def __init__(self, *, n_ctx_seq: int = 256, n_batch: int = 16, n_seq_max: int = 4,
+                 pieces: dict[int, bytes] | None = None) -> None:
+        self.n_ctx_seq = n_ctx_seq
+        self.n_batch = n_batch
+        self.n_seq_max = n_seq_max
+        self.pieces = pieces or {}
+        # scripts[prompt] = the tokens generated after that prompt, in order;
+        # past the end of a script (or for an unknown prompt) token 7 repeats
+        self.scripts: dict[tuple[int, ...], list[int]] = {}
+        self.kv: dict[int, list[int]] = {i: [] for i in range(n_seq_max)}
+        self.plans: list[list[PlanRow]] = []
+        self.removed: list[tuple[int, int, int]] = []
+        self.fail_next = False
+
+    def new_sampler(self, params: SamplingParams) -> FakeSampler:
+        return FakeSampler()
+
+    def step(self, plan: list[PlanRow]) -> StepResult:
+        assert sum(len(r.tokens) for r in plan) <= self.n_batch, "plan exceeds the batch budget"
+        self.plans.append(plan)
+        if self.fail_next:
+            self.fail_next = False
+            return StepResult([None] * len(plan), error="boom")
+        sampled: list[int | None] = []
+        for row in plan:
+            seq = self.kv[row.seq_id]
+            assert row.start_pos == len(seq), f"seq {row.seq_id}: pos {row.start_pos} != kv {len(seq)}"
+            seq.extend(row.tokens)
+            if row.sampler is None:
+                sampled.append(None)
+                continue
+            sampled.append(self._next(seq))
+        return StepResult(sampled)
+
+    def _next(self, seq: list[int]) -> int:
+        for prompt, script in self.scripts.items():
+            if tuple(seq[:len(prompt)]) == prompt:
+                i = len(seq) - len(prompt)
+                return script[i] if i < len(script) else 7
+        return 7
+
+    def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None:
+        self.removed.append((seq_id, p0, p1))
+        del self.kv[seq_id][p0:]
+
+    def piece(self, token: int) -> bytes:
+        return self.pieces.get(token, f"<{token}>".encode())
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOG
