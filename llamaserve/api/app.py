@@ -72,15 +72,17 @@ async def read_json(request: Request, model: type[M], limit: int = DEFAULT_BODY_
         raise APIError(validation_message(exc)) from None
 
 
-async def _chain(first: TextDelta | Finished,
-                 rest: AsyncIterator[TextDelta | Finished]) -> AsyncIterator[TextDelta | Finished]:
+Tagged = tuple[int, TextDelta | Finished]
+
+
+async def _chain(first: Tagged, rest: AsyncIterator[Tagged]) -> AsyncIterator[Tagged]:
     yield first
     async for event in rest:
         yield event
 
 
-async def stream_events(request: Request, events: AsyncIterator[TextDelta | Finished],
-                        frame: Callable[[AsyncIterator[TextDelta | Finished]], AsyncIterator[bytes]],
+async def stream_events(request: Request, events: AsyncIterator[Tagged],
+                        frame: Callable[[AsyncIterator[Tagged]], AsyncIterator[bytes]],
                         *, error_frame: Callable[[APIError], bytes] | None = None) -> Response:
     """An SSE response whose status is decided by the first event.
 
@@ -210,12 +212,12 @@ def create_app(state: ServerState) -> FastAPI:
     async def native_completion(request: Request) -> Response:
         rt = runtime()
         req = await read_json(request, NativeCompletionRequest)
-        jobs = completion.native_requests(rt, req)
+        jobs = await completion.native_requests(rt, req)
         if req.stream:
             if len(jobs) != 1:
                 raise APIError("streaming supports a single prompt")
             job, prompt = jobs[0]
-            events = generate.stream(rt.engine, job)
+            events = generate.stream(rt.engine, [job])
             return await stream_events(
                 request, events, lambda ev: completion.native_stream(rt, req, job, prompt, ev))
         body = await until_disconnect(request, completion.native_complete(rt, req, jobs))
@@ -225,23 +227,23 @@ def create_app(state: ServerState) -> FastAPI:
     async def oai_completion(request: Request) -> Response:
         rt = runtime()
         req = await read_json(request, CompletionRequest)
-        jobs = completion.oai_requests(rt, req)
+        groups = await completion.oai_requests(rt, req)
         if req.stream:
-            if len(jobs) != 1:
+            if len(groups) != 1:
                 raise APIError("streaming supports a single prompt")
-            events = generate.stream(rt.engine, jobs[0])
-            return await stream_events(request, events, lambda ev: completion.oai_stream(rt, req, ev))
-        return JSONUTF8Response(await until_disconnect(request, completion.oai_complete(rt, jobs)))
+            events = generate.stream(rt.engine, groups[0])
+            return await stream_events(request, events, lambda ev: completion.oai_stream(rt, req, groups[0], ev))
+        return JSONUTF8Response(await until_disconnect(request, completion.oai_complete(rt, groups)))
 
     @app.post("/v1/chat/completions")
     @app.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
         rt = runtime()
         req = await read_json(request, ChatCompletionRequest)
-        job = chat.chat_request(rt, req)
+        jobs = await chat.chat_request(rt, req)
         if req.stream:
-            events = generate.stream(rt.engine, job)
-            return await stream_events(request, events, lambda ev: chat.chat_stream(rt, req, ev))
-        return JSONUTF8Response(await until_disconnect(request, chat.chat_complete(rt, job)))
+            events = generate.stream(rt.engine, jobs)
+            return await stream_events(request, events, lambda ev: chat.chat_stream(rt, req, jobs, ev))
+        return JSONUTF8Response(await until_disconnect(request, chat.chat_complete(rt, jobs)))
 
     return app

@@ -26,24 +26,39 @@ class EngineClient:
         If the consumer stops early (client disconnect, cancellation), the
         request is aborted and its slot freed on the next scheduler step.
         """
+        async for _, event in self.generate_choices([request]):
+            yield event
+
+    async def generate_choices(self, requests: list[GenerationRequest]) -> AsyncIterator[tuple[int, Event]]:
+        """Events of n choices of one prompt, tagged with the choice index.
+
+        The choices are admitted together and the prompt is decoded once.
+        Ends when every choice has finished or failed.
+        """
         loop = asyncio.get_running_loop()
-        inbox: asyncio.Queue[list[Event]] = asyncio.Queue()
+        inbox: asyncio.Queue[tuple[int, list[Event]]] = asyncio.Queue()
 
-        def sink(events: list[Event]) -> None:
-            loop.call_soon_threadsafe(inbox.put_nowait, events)
+        def sink_for(index: int) -> Callable[[list[Event]], None]:
+            def sink(events: list[Event]) -> None:
+                loop.call_soon_threadsafe(inbox.put_nowait, (index, events))
+            return sink
 
-        task_id = self.scheduler.next_task_id()
-        self.scheduler.submit(task_id, request, sink)
-        done = False
+        ids = [self.scheduler.next_task_id() for _ in requests]
+        if len(requests) == 1:
+            self.scheduler.submit(ids[0], requests[0], sink_for(0))
+        else:
+            self.scheduler.submit_choices([(tid, req, sink_for(i)) for i, (tid, req) in enumerate(zip(ids, requests))])
+        remaining = set(range(len(requests)))
         try:
-            while not done:
-                for event in await inbox.get():
+            while remaining:
+                index, events = await inbox.get()
+                for event in events:
                     if isinstance(event, (Finished, Failed)):
-                        done = True
-                    yield event
+                        remaining.discard(index)
+                    yield index, event
         finally:
-            if not done:
-                self.scheduler.abort(task_id)
+            for index in remaining:
+                self.scheduler.abort(ids[index])
 
     async def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the scheduler thread between steps and await its result."""

@@ -7,11 +7,12 @@ llama.cpp; tests use a fake runner with the same interface.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from llamaserve.engine.types import SamplingParams
 from llamaserve.llama.context import Context
+from llamaserve.llama.logprobs import TokenLogprob, token_logprob
 from llamaserve.llama.model import Model
 from llamaserve.llama.sampler import SamplerChain
 
@@ -21,6 +22,8 @@ class Sampler(Protocol):
 
     def accept(self, token: int) -> None: ...
 
+    def sample(self, ctx: object, index: int) -> int: ...
+
     def close(self) -> None: ...
 
 
@@ -28,20 +31,29 @@ class Sampler(Protocol):
 class PlanRow:
     """Tokens of one sequence placed at positions start_pos, start_pos+1, …
 
-    When ``sampler`` is set, the logits of the last token are sampled.
+    Each sampler in ``samplers`` draws one token from the logits of the last
+    token: normally one, several when n > 1 choices share a prompt. With
+    ``n_probs`` >= 0 each draw also reports log-probabilities.
     """
 
     seq_id: int
     tokens: list[int]
     start_pos: int
-    sampler: Sampler | None = None
+    samplers: list[Sampler] = field(default_factory=list)
+    n_probs: int = -1
+
+
+@dataclass
+class Sample:
+    token: int
+    logprob: TokenLogprob | None = None
 
 
 @dataclass
 class StepResult:
-    """Sampled token per plan row (None where no sampling was asked)."""
+    """Per plan row, one Sample per sampler of that row (empty when none)."""
 
-    sampled: list[int | None]
+    samples: list[list[Sample]]
     error: str | None = None
 
 
@@ -55,6 +67,8 @@ class Runner(Protocol):
     def step(self, plan: list[PlanRow]) -> StepResult: ...
 
     def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None: ...
+
+    def seq_copy(self, src: int, dst: int) -> None: ...
 
     def piece(self, token: int) -> bytes: ...
 
@@ -79,17 +93,27 @@ class LlamaRunner:
         sample_at: list[int] = []
         for row in plan:
             last = len(row.tokens) - 1
+            wants = bool(row.samplers)
             for i, tok in enumerate(row.tokens):
-                rows.append((tok, row.start_pos + i, row.seq_id, row.sampler is not None and i == last))
-            sample_at.append(len(rows) - 1 if row.sampler is not None else -1)
+                rows.append((tok, row.start_pos + i, row.seq_id, wants and i == last))
+            sample_at.append(len(rows) - 1)
         code = self.context.decode(rows)
         if code != 0:
-            return StepResult([None] * len(plan), error=f"llama_decode failed with code {code}")
+            return StepResult([[] for _ in plan], error=f"llama_decode failed with code {code}")
         ctx = self.context.handle
-        sampled: list[int | None] = []
+        n_vocab = self.model.n_vocab
+        samples: list[list[Sample]] = []
         for row, index in zip(plan, sample_at):
-            sampled.append(row.sampler.sample(ctx, index) if index >= 0 else None)  # type: ignore[union-attr]
-        return StepResult(sampled)
+            drawn = []
+            for sampler in row.samplers:
+                token = sampler.sample(ctx, index)
+                lp = token_logprob(ctx, index, n_vocab, token, row.n_probs) if row.n_probs >= 0 else None
+                drawn.append(Sample(token, lp))
+            samples.append(drawn)
+        return StepResult(samples)
+
+    def seq_copy(self, src: int, dst: int) -> None:
+        self.context.seq_copy(src, dst, -1, -1)
 
     def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None:
         self.context.seq_remove(seq_id, p0, p1)

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llamaserve.engine.runner import PlanRow, Runner
+from llamaserve.engine.runner import PlanRow, Runner, Sample
 from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.textstream import TextStream
@@ -38,7 +38,9 @@ log = logging.getLogger("llamaserve.scheduler")
 # ----------------------------------------------------------------- messages
 @dataclass
 class Submit:
-    task: Task
+    """One request, or the n choices of one request (they share the prompt's KV)."""
+
+    tasks: list[Task]
 
 
 @dataclass
@@ -71,7 +73,7 @@ class Scheduler:
         self.slot_prompt_similarity = slot_prompt_similarity
         self.stats = SchedulerStats()
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
-        self._waiting: deque[Task] = deque()
+        self._waiting: deque[list[Task]] = deque()
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
         self._running = True  # cleared by Shutdown; _step() also works without the thread (tests)
@@ -92,7 +94,11 @@ class Scheduler:
         return next(self._ids)
 
     def submit(self, task_id: int, request: GenerationRequest, sink: EventSink) -> None:
-        self._inbox.put(Submit(Task(task_id, request, sink)))
+        self._inbox.put(Submit([Task(task_id, request, sink)]))
+
+    def submit_choices(self, tasks: list[tuple[int, GenerationRequest, EventSink]]) -> None:
+        """n choices of one prompt: admitted together; the prompt is decoded once."""
+        self._inbox.put(Submit([Task(tid, req, sink) for tid, req, sink in tasks]))
 
     def abort(self, task_id: int) -> None:
         self._inbox.put(Abort(task_id))
@@ -134,16 +140,20 @@ class Scheduler:
             return
         now = time.perf_counter()
         outbox: dict[int, tuple[EventSink, list[Event]]] = {}
-        for row, slot, sampled in zip(plan, planned, result.sampled):
+        for row, slot, samples in zip(plan, planned, result.samples):
             slot.cache_tokens.extend(row.tokens)
+            followers: list[Slot] = []
             if slot.state is SlotState.PREFILL and slot.prompt_remaining == 0:
                 slot.t_prompt_done = now
                 slot.state = SlotState.GENERATING
                 n_new = len(slot.prompt) - slot.n_cached
                 self.stats.prompt_tokens_total += n_new
                 self.stats.prompt_seconds_total += now - slot.t_start
-            if sampled is not None and slot.task is not None:
-                self._on_token(slot, sampled, now, outbox)
+                followers, slot.followers = slot.followers, []
+                self._start_followers(slot, followers, now)
+            for owner, sample in zip([slot, *followers], samples):
+                if owner.task is not None:
+                    self._on_token(owner, sample, now, outbox)
         for sink, events in outbox.values():
             sink(events)
 
@@ -159,9 +169,20 @@ class Scheduler:
             except queue.Empty:
                 return
 
+    def _start_followers(self, leader: Slot, followers: list[Slot], now: float) -> None:
+        """Give each n > 1 choice a copy of the leader's prompt KV."""
+        for f in followers:
+            self.runner.seq_remove(f.id, 0, -1)
+            self.runner.seq_copy(leader.id, f.id)
+            f.cache_tokens = list(leader.cache_tokens)
+            f.n_cached = leader.n_cached
+            f.t_start = leader.t_start
+            f.t_prompt_done = now
+            f.state = SlotState.GENERATING
+
     def _handle(self, msg: Message) -> None:
         if isinstance(msg, Submit):
-            self._waiting.append(msg.task)
+            self._waiting.append(msg.tasks)
         elif isinstance(msg, Abort):
             self._abort(msg.task_id)
         elif isinstance(msg, Call):
@@ -180,16 +201,31 @@ class Scheduler:
         if not self._waiting:
             self.stats.requests_deferred = 0
             return
-        still_waiting: deque[Task] = deque()
+        still_waiting: deque[list[Task]] = deque()
         while self._waiting:
-            task = self._waiting.popleft()
-            slot = self._choose_slot(task.request)
-            if slot is None:
-                still_waiting.append(task)
+            group = self._waiting.popleft()
+            if len(group) == 1:
+                slot = self._choose_slot(group[0].request)
+                if slot is None:
+                    still_waiting.append(group)
+                else:
+                    self._start(slot, group[0])
                 continue
-            self._start(slot, task)
+            idle = [s for s in self.slots if not s.busy]
+            if len(idle) < len(group):
+                still_waiting.append(group)
+                continue
+            leader = self._choose_slot(group[0].request)
+            assert leader is not None
+            if self._start(leader, group[0]):
+                others = [s for s in idle if s is not leader]
+                for slot, task in zip(others, group[1:]):
+                    self._start_follower(slot, task, leader)
+            else:
+                for task in group[1:]:
+                    task.sink([Failed("the prompt could not be started")])
         self._waiting = still_waiting
-        self.stats.requests_deferred = len(still_waiting)
+        self.stats.requests_deferred = sum(len(g) for g in still_waiting)
 
     def _choose_slot(self, req: GenerationRequest) -> Slot | None:
         if req.id_slot >= 0:
@@ -208,19 +244,19 @@ class Scheduler:
                 return best
         return min(idle, key=lambda s: s.last_used)
 
-    def _start(self, slot: Slot, task: Task) -> None:
+    def _start(self, slot: Slot, task: Task) -> bool:
         req = task.request
         prompt = req.prompt_tokens
         if not prompt:
             task.sink([Failed("the prompt is empty")])
-            return
+            return False
         if len(prompt) >= slot.n_ctx:
             task.sink([Failed(
                 f"the request exceeds the available context size ({len(prompt)} tokens, "
                 f"context is {slot.n_ctx}); try increasing it",
                 kind="exceed_context_size_error",
                 extra={"n_prompt_tokens": len(prompt), "n_ctx": slot.n_ctx})])
-            return
+            return False
         keep = common_prefix_length(slot.cache_tokens, prompt) if req.cache_prompt else 0
         keep = min(keep, len(prompt) - 1)  # the last prompt token is decoded again for its logits
         if keep < len(slot.cache_tokens):
@@ -240,6 +276,22 @@ class Scheduler:
                 slot.sampler.accept(tok)
         self.stats.prompt_tokens_cached_total += keep
         self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
+        return True
+
+    def _start_follower(self, slot: Slot, task: Task, leader: Slot) -> None:
+        slot.clear_task()
+        slot.task = task
+        slot.prompt = list(task.request.prompt_tokens)
+        slot.state = SlotState.FOLLOWING
+        slot.stream = TextStream(task.request.stop)
+        slot.t_start = time.perf_counter()
+        slot.last_task_id = task.id
+        slot.sampler = self.runner.new_sampler(task.request.sampling)
+        if task.request.sampling.uses_history():
+            for tok in slot.prompt:
+                slot.sampler.accept(tok)
+        leader.followers.append(slot)
+        self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
 
     # -------------------------------------------------------------- planning
     def _build_plan(self) -> tuple[list[PlanRow], list[Slot]]:
@@ -248,7 +300,9 @@ class Scheduler:
         planned: list[Slot] = []
         for slot in self.slots:
             if slot.state is SlotState.GENERATING and slot.next_token is not None and budget > 0:
-                plan.append(PlanRow(slot.id, [slot.next_token], slot.n_past, slot.sampler))
+                assert slot.sampler is not None and slot.task is not None
+                plan.append(PlanRow(slot.id, [slot.next_token], slot.n_past, [slot.sampler],
+                                    slot.task.request.n_probs))
                 planned.append(slot)
                 slot.next_token = None
                 budget -= 1
@@ -259,17 +313,20 @@ class Scheduler:
             start = slot.n_past
             chunk = slot.prompt[start:start + budget]
             last_chunk = start + len(chunk) == len(slot.prompt)
-            plan.append(PlanRow(slot.id, chunk, start, slot.sampler if last_chunk else None))
+            samplers = [slot.sampler, *(f.sampler for f in slot.followers)] if last_chunk else []
+            n_probs = slot.task.request.n_probs if slot.task else -1
+            plan.append(PlanRow(slot.id, chunk, start, samplers, n_probs))  # type: ignore[arg-type]
             planned.append(slot)
             budget -= len(chunk)
         return plan, planned
 
     # ------------------------------------------------------------ results
-    def _on_token(self, slot: Slot, token: int, now: float,
+    def _on_token(self, slot: Slot, sample: Sample, now: float,
                   outbox: dict[int, tuple[EventSink, list[Event]]]) -> None:
         task = slot.task
         assert task is not None
         req = task.request
+        token = sample.token
         events = outbox.setdefault(task.id, (task.sink, []))[1]
         slot.generated.append(token)
         slot.t_last_token = now
@@ -278,10 +335,12 @@ class Scheduler:
             stop_type = "eos"
         else:
             slot.unsent_tokens.append(token)
+            if sample.logprob is not None:
+                slot.unsent_logprobs.append(sample.logprob)
             text = slot.stream.push(self.runner.piece(token))
             if text:
-                events.append(TextDelta(text, slot.unsent_tokens))
-                slot.unsent_tokens = []
+                events.append(TextDelta(text, slot.unsent_tokens, slot.unsent_logprobs))
+                slot.unsent_tokens, slot.unsent_logprobs = [], []
             n_gen = len(slot.generated)
             if slot.stream.stopped:
                 stop_type = "word"
@@ -296,10 +355,12 @@ class Scheduler:
             slot.next_token = token
             return
         if stop_type != "word":
+            if stop_type == "eos" and sample.logprob is not None:
+                slot.unsent_logprobs.append(sample.logprob)  # the end token's own probability
             tail = slot.stream.flush()
             if tail or slot.unsent_tokens:
-                events.append(TextDelta(tail, slot.unsent_tokens))
-                slot.unsent_tokens = []
+                events.append(TextDelta(tail, slot.unsent_tokens, slot.unsent_logprobs))
+                slot.unsent_tokens, slot.unsent_logprobs = [], []
         events.append(self._finish(slot, stop_type, now))
 
     def _finish(self, slot: Slot, stop_type: str, now: float) -> Finished:
@@ -332,6 +393,15 @@ class Scheduler:
         return finished
 
     def _release(self, slot: Slot) -> None:
+        for other in self.slots:
+            if slot in other.followers:
+                other.followers.remove(slot)
+        orphans, slot.followers = slot.followers, []
+        for f in orphans:  # the leader went away before its prompt was decoded
+            if f.task is not None:
+                f.task.sink([Failed("the request was stopped before its prompt was processed",
+                                    kind="server_error", status=500)])
+            self._release(f)
         if slot.sampler is not None:
             slot.sampler.close()
         slot.clear_task()
@@ -341,10 +411,13 @@ class Scheduler:
 
     # ------------------------------------------------------ abort and failure
     def _abort(self, task_id: int) -> None:
-        for task in list(self._waiting):
-            if task.id == task_id:
-                self._waiting.remove(task)
-                return
+        for group in list(self._waiting):
+            for task in group:
+                if task.id == task_id:
+                    group.remove(task)
+                    if not group:
+                        self._waiting.remove(group)
+                    return
         for slot in self.slots:
             if slot.task is not None and slot.task.id == task_id:
                 # The KV already decoded stays valid and remains reusable.
@@ -366,4 +439,5 @@ class Scheduler:
             if slot.busy:
                 self._fail_slot(slot, message)
         while self._waiting:
-            self._waiting.popleft().sink([Failed(message, kind="unavailable_error", status=503)])
+            for task in self._waiting.popleft():
+                task.sink([Failed(message, kind="unavailable_error", status=503)])

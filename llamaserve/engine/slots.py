@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from llamaserve.engine.runner import Sampler
 from llamaserve.engine.textstream import TextStream
 from llamaserve.engine.types import EventSink, GenerationRequest
+from llamaserve.llama.logprobs import TokenLogprob
 
 
 class SlotState(enum.Enum):
     IDLE = "idle"
     PREFILL = "prefill"
+    FOLLOWING = "following"  # an n > 1 choice waiting for its leader's prompt KV
     GENERATING = "generating"
 
 
@@ -68,6 +70,8 @@ class Slot:
         self.next_token: int | None = None  # sampled, not yet decoded
         self.generated: list[int] = []
         self.unsent_tokens: list[int] = []
+        self.unsent_logprobs: list[TokenLogprob] = []
+        self.followers: list[Slot] = []  # slots of the other n > 1 choices sharing this prompt
         self.stream = TextStream()
         self.t_start = 0.0
         self.t_prompt_done = 0.0

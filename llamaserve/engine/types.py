@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from llamaserve.llama.logprobs import TokenLogprob
 from llamaserve.llama.sampler import SamplerConfig
 
 SamplingParams = SamplerConfig
@@ -22,6 +23,7 @@ class GenerationRequest:
     id_slot: int = -1
     t_max_predict_ms: int = 0
     n_keep: int = 0
+    n_probs: int = -1  # -1: no log-probabilities; k >= 0: the chosen token's plus the top k
 
 
 @dataclass
@@ -57,6 +59,7 @@ class TextDelta:
 
     text: str
     tokens: list[int]
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token when n_probs > 0
 
 
 @dataclass

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import llama_cpp.llama_cpp as C
+import numpy as np
 
 from llamaserve.llama.model import Model
 
@@ -68,6 +69,8 @@ class SamplerConfig:
     logit_bias: tuple[tuple[int, float], ...] = ()
     samplers: tuple[str, ...] = DEFAULT_SAMPLERS
     grammar: str | None = None
+    # Lazy grammar (tool calls): free text until a trigger pattern matches.
+    grammar_triggers: tuple[str, ...] = ()
     n_probs: int = 0
 
     def uses_history(self) -> bool:
@@ -154,16 +157,50 @@ _STAGES: dict[str, Callable[[Model, SamplerConfig, _Keepalive], int | None]] = {
 }
 
 
+class GrammarError(ValueError):
+    """llama.cpp rejected a grammar."""
+
+
+def grammar_sampler(model: Model, grammar: str, triggers: tuple[str, ...] = ()) -> int:
+    """A grammar sampler, or GrammarError. Lazy when trigger patterns are given."""
+    if triggers:
+        patterns = [t.encode() for t in triggers]
+        arr = (ctypes.c_char_p * len(patterns))(*patterns)
+        handle = C.llama_sampler_init_grammar_lazy_patterns(
+            model.vocab, grammar.encode(), b"root", arr, len(patterns), None, 0)
+    else:
+        handle = C.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
+    if not handle:
+        raise GrammarError("failed to parse grammar")
+    return handle
+
+
+def check_grammar(model: Model, grammar: str, triggers: tuple[str, ...] = ()) -> None:
+    """Parse a grammar with llama.cpp once, so a bad one is a 400 before it reaches a slot."""
+    C.llama_sampler_free(grammar_sampler(model, grammar, triggers))
+
+
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
+
 class SamplerChain:
-    """One request's sampler: logit bias, the ordered stages, then the final pick."""
+    """One request's sampler: logit bias, the ordered stages, the final pick; plus a grammar.
+
+    The grammar is kept apart from the chain, as llama.cpp's own sampling
+    code does: prompt tokens feed the chain (penalties see the prompt, as in
+    llama-server) without advancing the grammar, and sampling first draws
+    freely and asks the grammar about that single token, applying the grammar
+    to the whole vocabulary only when the draw is rejected. Checking 49k
+    candidates against a grammar every token would be far slower.
+    """
 
     def __init__(self, model: Model, cfg: SamplerConfig) -> None:
         self.model = model
         self.cfg = cfg
         self.seed = resolve_seed(cfg.seed)
         self._keep = _Keepalive()
-        chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-        self.handle = chain
+        self.grammar = grammar_sampler(model, cfg.grammar, cfg.grammar_triggers) if cfg.grammar else None
+        self.handle = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
         self._add(self._logit_bias(model, cfg))
         if cfg.mirostat == 0:
             for name in cfg.samplers:
@@ -202,16 +239,54 @@ class SamplerChain:
             C.llama_sampler_chain_add(self.handle, sampler)
 
     def accept(self, token: int) -> None:
+        """Feed a prompt token to the history-aware samplers (not the grammar)."""
         C.llama_sampler_accept(self.handle, token)
 
     def sample(self, ctx_handle: object, index: int) -> int:
         """Pick a token from the logits at batch row ``index`` and accept it."""
-        return int(C.llama_sampler_sample(self.handle, ctx_handle, index))
+        if self.grammar is None:
+            return int(C.llama_sampler_sample(self.handle, ctx_handle, index))
+        logits = self._logits(ctx_handle, index)
+        token = self._draw(logits, with_grammar=False)
+        if not self._grammar_allows(token):
+            token = self._draw(logits, with_grammar=True)
+        C.llama_sampler_accept(self.grammar, token)
+        C.llama_sampler_accept(self.handle, token)
+        return token
+
+    def _logits(self, ctx_handle: object, index: int) -> np.ndarray:
+        ptr = C.llama_get_logits_ith(ctx_handle, index)
+        n = self.model.n_vocab
+        return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n,))
+
+    def _draw(self, logits: np.ndarray, *, with_grammar: bool) -> int:
+        data = np.empty(len(logits), dtype=_TOKEN_DATA)
+        data["id"] = np.arange(len(logits), dtype=np.int32)
+        data["logit"] = logits
+        data["p"] = 0.0
+        arr = C.llama_token_data_array(
+            data.ctypes.data_as(C.llama_token_data_p), len(data), -1, False)
+        if with_grammar:
+            C.llama_sampler_apply(self.grammar, ctypes.byref(arr))
+        C.llama_sampler_apply(self.handle, ctypes.byref(arr))
+        if arr.selected < 0:
+            raise GrammarError("the grammar allows no token here")
+        return int(arr.data[arr.selected].id)
+
+    def _grammar_allows(self, token: int) -> bool:
+        single = (C.llama_token_data * 1)()
+        single[0].id, single[0].logit, single[0].p = token, 1.0, 0.0
+        arr = C.llama_token_data_array(single, 1, -1, False)
+        C.llama_sampler_apply(self.grammar, ctypes.byref(arr))
+        return bool(np.isfinite(single[0].logit))
 
     def close(self) -> None:
         if self.handle:
             C.llama_sampler_free(self.handle)
             self.handle = None
+        if self.grammar:
+            C.llama_sampler_free(self.grammar)
+            self.grammar = None
 
     def __del__(self) -> None:  # pragma: no cover
         try:

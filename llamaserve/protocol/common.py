@@ -48,6 +48,9 @@ class SamplingFields(BaseModel):
     logit_bias: LogitBias | None = None
     samplers: list[str] | str | None = None
     n_probs: int | None = Field(None, ge=0, le=100)
+    post_sampling_probs: bool | None = None
+    grammar: str | None = None
+    json_schema: dict[str, Any] | bool | None = None
 
     # llama-server request extras
     cache_prompt: bool | None = None

@@ -33,7 +33,7 @@ class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(..., min_length=1)
     max_tokens: int | None = Field(None, ge=-1)
     max_completion_tokens: int | None = Field(None, ge=-1)
-    n: int = Field(1, ge=1, le=1)
+    n: int = Field(1, ge=1, le=256)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
@@ -58,10 +58,11 @@ class CompletionRequest(SamplingFields):
     model: str | None = None
     prompt: str | list[str] | list[int] | list[list[int]] = ""
     max_tokens: int | None = Field(16, ge=-1)
-    n: int = Field(1, ge=1, le=1)
+    n: int = Field(1, ge=1, le=256)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
     suffix: str | None = None

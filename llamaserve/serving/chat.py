@@ -12,10 +12,11 @@ from llamaserve.api.sse import DONE, data_event
 from llamaserve.chat.template import TemplateError
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.protocol.openai import ChatCompletionRequest, ChatMessage
-from llamaserve.serving import generate
-from llamaserve.serving.completion import build_request
+from llamaserve.serving import generate, logprobs
+from llamaserve.serving.completion import build_request, choices
 from llamaserve.serving.params import prompt_tokens
 from llamaserve.serving.runtime import BUILD_INFO, ModelRuntime
+from llamaserve.serving.structured import resolve_grammar
 
 
 def render_prompt(rt: ModelRuntime, messages: list[ChatMessage], *, tools: list[dict[str, Any]] | None,
@@ -43,51 +44,64 @@ def chat_tokens(rt: ModelRuntime, prompt: str) -> list[int]:
     return prompt_tokens(rt.model, prompt, add_special=add_special)
 
 
-def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> GenerationRequest:
+async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> list[GenerationRequest]:
+    """The n choices of one chat request, ready for the engine."""
     if req.tools and req.tool_choice not in (None, "none", "auto"):
         raise APIError("tool_choice other than 'auto' and 'none' is not supported yet")
-    if req.response_format and req.response_format.get("type") not in (None, "text"):
-        raise APIError("response_format other than 'text' is not supported yet")
+    if req.top_logprobs is not None and not req.logprobs:
+        raise APIError("top_logprobs requires logprobs: true")
+    grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema,
+                                    response_format=req.response_format)
     prompt = render_prompt(rt, req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    return build_request(rt, req, chat_tokens(rt, prompt), n_predict=limit, stop=req.stop)
+    n_probs = (req.top_logprobs or 0) if req.logprobs else (req.n_probs if req.n_probs else -1)
+    job = build_request(rt, req, chat_tokens(rt, prompt), n_predict=limit, stop=req.stop, grammar=grammar,
+                        n_probs=n_probs)
+    return choices(rt, job, req.n)
 
 
-def _envelope(rt: ModelRuntime, cid: str, created: int, obj: str) -> dict[str, Any]:
-    return {"id": cid, "object": obj, "created": created, "model": rt.alias, "system_fingerprint": BUILD_INFO}
+def _envelope(rt: ModelRuntime, obj: str) -> dict[str, Any]:
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": obj, "created": int(time.time()), "model": rt.alias,
+            "system_fingerprint": BUILD_INFO}
 
 
-async def chat_complete(rt: ModelRuntime, job: GenerationRequest) -> dict[str, Any]:
-    result = await generate.complete(rt.engine, job)
-    fin = result.finished
-    assert fin is not None
-    body = _envelope(rt, f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), "chat.completion")
+def _logprobs(rt: ModelRuntime, job: GenerationRequest, items: list[Any]) -> dict[str, Any] | None:
+    return {"content": logprobs.openai_chat(rt.model, items)} if job.n_probs >= 0 else None
+
+
+async def chat_complete(rt: ModelRuntime, jobs: list[GenerationRequest]) -> dict[str, Any]:
+    results = await generate.complete(rt.engine, jobs)
+    body = _envelope(rt, "chat.completion")
     body["choices"] = [{
-        "index": 0,
-        "message": {"role": "assistant", "content": result.text},
-        "logprobs": None,
-        "finish_reason": generate.finish_reason(fin),
-    }]
-    body["usage"] = generate.usage(fin)
-    body["timings"] = fin.timings.to_json()
+        "index": i,
+        "message": {"role": "assistant", "content": r.text},
+        "logprobs": _logprobs(rt, job, r.logprobs),
+        "finish_reason": generate.finish_reason(r.done),
+    } for i, (job, r) in enumerate(zip(jobs, results))]
+    body["usage"] = generate.usage([r.done for r in results])
+    body["timings"] = results[0].done.timings.to_json()
     return body
 
 
-async def chat_stream(rt: ModelRuntime, req: ChatCompletionRequest,
-                      events: AsyncIterator[TextDelta | Finished]) -> AsyncIterator[bytes]:
-    envelope = _envelope(rt, f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), "chat.completion.chunk")
+async def chat_stream(rt: ModelRuntime, req: ChatCompletionRequest, jobs: list[GenerationRequest],
+                      events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[bytes]:
+    envelope = _envelope(rt, "chat.completion.chunk")
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    yield data_event({**envelope, "choices": [
-        {"index": 0, "delta": {"role": "assistant", "content": None}, "logprobs": None, "finish_reason": None}]})
-    async for event in events:
+    for i in range(len(jobs)):
+        yield data_event({**envelope, "choices": [
+            {"index": i, "delta": {"role": "assistant", "content": None}, "logprobs": None, "finish_reason": None}]})
+    finished: dict[int, Finished] = {}
+    async for index, event in events:
         if isinstance(event, TextDelta):
-            if event.text:
+            if event.text or event.logprobs:
                 yield data_event({**envelope, "choices": [
-                    {"index": 0, "delta": {"content": event.text}, "logprobs": None, "finish_reason": None}]})
+                    {"index": index, "delta": {"content": event.text},
+                     "logprobs": _logprobs(rt, jobs[index], event.logprobs), "finish_reason": None}]})
         else:
+            finished[index] = event
             yield data_event({**envelope, "choices": [
-                {"index": 0, "delta": {}, "logprobs": None, "finish_reason": generate.finish_reason(event)}],
+                {"index": index, "delta": {}, "logprobs": None, "finish_reason": generate.finish_reason(event)}],
                 "timings": event.timings.to_json()})
-            if include_usage:
-                yield data_event({**envelope, "choices": [], "usage": generate.usage(event)})
+    if include_usage and finished:
+        yield data_event({**envelope, "choices": [], "usage": generate.usage([finished[i] for i in sorted(finished)])})
     yield DONE

@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from llamaserve.api.errors import APIError
 from llamaserve.api.sse import DONE, data_event
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
+from llamaserve.protocol.common import SamplingFields
 from llamaserve.protocol.native import NativeCompletionRequest
 from llamaserve.protocol.openai import CompletionRequest
-from llamaserve.protocol.common import SamplingFields
-from llamaserve.serving import generate
+from llamaserve.serving import generate, logprobs
 from llamaserve.serving.params import prompt_tokens, sampling_config, split_prompts, stop_strings
 from llamaserve.serving.runtime import BUILD_INFO, ModelRuntime
+from llamaserve.serving.structured import resolve_grammar
 
 
 def build_request(rt: ModelRuntime, req: SamplingFields, tokens: list[int], *, n_predict: int | None,
-                  stop: str | list[str] | None) -> GenerationRequest:
+                  stop: str | list[str] | None, grammar: str | None = None,
+                  n_probs: int = -1) -> GenerationRequest:
     """Engine request from the shared fields; checks the prompt fits a slot."""
     if not tokens:
         raise APIError("the prompt is empty")
@@ -34,137 +37,183 @@ def build_request(rt: ModelRuntime, req: SamplingFields, tokens: list[int], *, n
     limit = n_predict if n_predict is not None else req.n_predict
     if limit is None:
         limit = rt.config.n_predict
+    sampling = sampling_config(req, rt.config.sampling, rt.model)
+    if grammar is not None:
+        sampling = replace(sampling, grammar=grammar)
     return GenerationRequest(
         prompt_tokens=tokens,
-        sampling=sampling_config(req, rt.config.sampling, rt.model),
+        sampling=sampling,
         n_predict=limit,
         stop=stop_strings(stop),
         cache_prompt=rt.config.cache_prompt if req.cache_prompt is None else req.cache_prompt,
         id_slot=-1 if req.id_slot is None else req.id_slot,
         t_max_predict_ms=req.t_max_predict_ms or 0,
         n_keep=req.n_keep or 0,
+        n_probs=n_probs,
     )
+
+
+def choices(rt: ModelRuntime, job: GenerationRequest, n: int) -> list[GenerationRequest]:
+    """n choices of one prompt; with a fixed seed each choice gets seed + i so they differ."""
+    if n > len(rt.scheduler.slots):
+        raise APIError(f"n: at most {len(rt.scheduler.slots)} choices (the number of slots)")
+    if n == 1:
+        return [job]
+    if job.id_slot >= 0:
+        raise APIError("id_slot cannot be combined with n > 1")
+    seed = job.sampling.seed
+    return [job if i == 0 else replace(job, sampling=replace(job.sampling, seed=(seed + i) if seed >= 0 else -1))
+            for i in range(n)]
 
 
 def generation_settings(rt: ModelRuntime, request: GenerationRequest) -> dict[str, Any]:
     s = asdict(request.sampling)
     s.pop("logit_bias", None)
-    s.pop("grammar", None)
+    s["grammar"] = s.get("grammar") or ""
+    s.pop("grammar_triggers", None)
     s["samplers"] = list(s["samplers"])
     s["dry_sequence_breakers"] = list(s["dry_sequence_breakers"])
     s.update({"n_predict": request.n_predict, "max_tokens": request.n_predict, "n_keep": request.n_keep,
               "stop": list(request.stop), "n_ctx": rt.n_ctx_slot, "model": rt.alias,
-              "cache_prompt": request.cache_prompt})
+              "cache_prompt": request.cache_prompt, "n_probs": max(request.n_probs, 0)})
     return s
 
 
 # ------------------------------------------------------------------- native
-def _native_final(rt: ModelRuntime, request: GenerationRequest, index: int, text: str,
-                  tokens: list[int], fin: Finished, prompt: str, return_tokens: bool) -> dict[str, Any]:
-    return {
+async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> list[tuple[GenerationRequest, str]]:
+    grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema)
+    n_probs = req.n_probs if req.n_probs else -1
+    out = []
+    for prompt in split_prompts(req.prompt):
+        tokens = prompt_tokens(rt.model, prompt)
+        text = prompt if isinstance(prompt, str) else rt.model.detokenize(tokens, special=True)
+        out.append((build_request(rt, req, tokens, n_predict=None, stop=req.stop, grammar=grammar,
+                                  n_probs=n_probs), text))
+    return out
+
+
+def _native_final(rt: ModelRuntime, job: GenerationRequest, index: int, result: generate.Completion,
+                  prompt: str, return_tokens: bool) -> dict[str, Any]:
+    fin = result.done
+    body: dict[str, Any] = {
         "index": index,
-        "content": text,
-        "tokens": tokens if return_tokens else [],
+        "content": result.text,
+        "tokens": result.tokens if return_tokens else [],
         "id_slot": fin.id_slot,
         "stop": True,
         "model": rt.alias,
         "tokens_predicted": fin.n_predicted,
         "tokens_evaluated": fin.n_prompt_tokens,
-        "generation_settings": generation_settings(rt, request),
+        "generation_settings": generation_settings(rt, job),
         "prompt": prompt,
-        "has_new_line": "\n" in text,
+        "has_new_line": "\n" in result.text,
         "truncated": fin.truncated,
         "stop_type": fin.stop_type if fin.stop_type != "abort" else "none",
         "stopping_word": fin.stopping_word,
         "tokens_cached": fin.n_prompt_tokens + fin.n_predicted,
         "timings": fin.timings.to_json(),
     }
-
-
-def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> list[tuple[GenerationRequest, str]]:
-    out = []
-    for prompt in split_prompts(req.prompt):
-        tokens = prompt_tokens(rt.model, prompt)
-        text = prompt if isinstance(prompt, str) else rt.model.detokenize(tokens, special=True)
-        out.append((build_request(rt, req, tokens, n_predict=None, stop=req.stop), text))
-    return out
+    if job.n_probs >= 0:
+        body["completion_probabilities"] = logprobs.native(rt.model, result.logprobs)
+    return body
 
 
 async def native_complete(rt: ModelRuntime, req: NativeCompletionRequest,
                           jobs: list[tuple[GenerationRequest, str]]) -> dict[str, Any] | list[dict[str, Any]]:
-    import asyncio
-
-    results = await asyncio.gather(*(generate.complete(rt.engine, job) for job, _ in jobs))
-    bodies = [
-        _native_final(rt, job, i, res.text, res.tokens, res.finished, text, req.return_tokens)  # type: ignore[arg-type]
-        for i, ((job, text), res) in enumerate(zip(jobs, results))
-    ]
+    results = await asyncio.gather(*(generate.complete(rt.engine, [job]) for job, _ in jobs))
+    bodies = [_native_final(rt, job, i, res[0], text, req.return_tokens)
+              for i, ((job, text), res) in enumerate(zip(jobs, results))]
     return bodies[0] if len(bodies) == 1 else bodies
 
 
 async def native_stream(rt: ModelRuntime, req: NativeCompletionRequest, job: GenerationRequest, prompt: str,
-                        events: AsyncIterator[TextDelta | Finished]) -> AsyncIterator[bytes]:
-    parts: list[str] = []
+                        events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[bytes]:
     n = 0
-    async for event in events:
+    async for _, event in events:
         if isinstance(event, TextDelta):
-            parts.append(event.text)
             n += len(event.tokens)
-            yield data_event({"index": 0, "content": event.text, "tokens": event.tokens, "stop": False,
-                              "id_slot": -1, "tokens_predicted": n,
-                              "tokens_evaluated": len(job.prompt_tokens)})
+            chunk: dict[str, Any] = {"index": 0, "content": event.text, "tokens": event.tokens, "stop": False,
+                                     "id_slot": -1, "tokens_predicted": n,
+                                     "tokens_evaluated": len(job.prompt_tokens)}
+            if job.n_probs >= 0:
+                chunk["completion_probabilities"] = logprobs.native(rt.model, event.logprobs)
+            yield data_event(chunk)
         else:
-            yield data_event(_native_final(rt, job, 0, "", [], event, prompt, req.return_tokens))
+            yield data_event(_native_final(rt, job, 0, generate.Completion(finished=event), prompt,
+                                           req.return_tokens))
 
 
 # ------------------------------------------------------------------- OpenAI
-def oai_requests(rt: ModelRuntime, req: CompletionRequest) -> list[GenerationRequest]:
+async def oai_requests(rt: ModelRuntime, req: CompletionRequest) -> list[list[GenerationRequest]]:
+    """One list of n choices per prompt."""
     if req.echo:
-        raise APIError("echo is not supported yet")
-    jobs = []
-    for prompt in split_prompts(req.prompt):
+        raise APIError("echo is not supported")
+    if req.suffix:
+        raise APIError("suffix is not supported on /v1/completions; use /infill")
+    grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema,
+                                    response_format=req.response_format)
+    n_probs = req.logprobs if req.logprobs is not None else -1
+    prompts = split_prompts(req.prompt)
+    if len(prompts) * req.n > len(rt.scheduler.slots) and req.n > 1:
+        raise APIError(f"n: at most {len(rt.scheduler.slots)} choices in all (the number of slots)")
+    groups = []
+    for prompt in prompts:
         tokens = prompt_tokens(rt.model, prompt)
-        jobs.append(build_request(rt, req, tokens, n_predict=req.max_tokens, stop=req.stop))
-    return jobs
+        job = build_request(rt, req, tokens, n_predict=req.max_tokens, stop=req.stop, grammar=grammar,
+                            n_probs=n_probs)
+        groups.append(choices(rt, job, req.n))
+    return groups
 
 
-def _oai_envelope(rt: ModelRuntime, cid: str, created: int) -> dict[str, Any]:
-    return {"id": cid, "object": "text_completion", "created": created, "model": rt.alias,
-            "system_fingerprint": BUILD_INFO}
+def _oai_envelope(rt: ModelRuntime) -> dict[str, Any]:
+    return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+            "model": rt.alias, "system_fingerprint": BUILD_INFO}
 
 
-async def oai_complete(rt: ModelRuntime, jobs: list[GenerationRequest]) -> dict[str, Any]:
-    import asyncio
+def _legacy_logprobs(rt: ModelRuntime, job: GenerationRequest, result: generate.Completion) -> Any:
+    return logprobs.legacy(rt.model, result.logprobs) if job.n_probs >= 0 else None
 
-    results = await asyncio.gather(*(generate.complete(rt.engine, job) for job in jobs))
-    body = _oai_envelope(rt, f"cmpl-{uuid.uuid4().hex}", int(time.time()))
-    body["choices"] = [
-        {"text": r.text, "index": i, "logprobs": None, "finish_reason": generate.finish_reason(r.finished)}  # type: ignore[arg-type]
-        for i, r in enumerate(results)
-    ]
-    total = {"completion_tokens": 0, "prompt_tokens": 0, "total_tokens": 0, "prompt_tokens_details": {"cached_tokens": 0}}
-    for r in results:
-        u = generate.usage(r.finished)  # type: ignore[arg-type]
-        for k in ("completion_tokens", "prompt_tokens", "total_tokens"):
-            total[k] += u[k]  # type: ignore[operator]
-        total["prompt_tokens_details"]["cached_tokens"] += r.finished.n_cached  # type: ignore[union-attr,index]
-    body["usage"] = total
-    body["timings"] = results[0].finished.timings.to_json()  # type: ignore[union-attr]
+
+async def oai_complete(rt: ModelRuntime, groups: list[list[GenerationRequest]]) -> dict[str, Any]:
+    results = await asyncio.gather(*(generate.complete(rt.engine, group) for group in groups))
+    body = _oai_envelope(rt)
+    body["choices"] = []
+    finished = []
+    for group, res in zip(groups, results):
+        for job, r in zip(group, res):
+            body["choices"].append({"text": r.text, "index": len(body["choices"]),
+                                    "logprobs": _legacy_logprobs(rt, job, r),
+                                    "finish_reason": generate.finish_reason(r.done)})
+        finished.append([r.done for r in res])
+    usages = [generate.usage(f) for f in finished]
+    body["usage"] = {
+        "completion_tokens": sum(u["completion_tokens"] for u in usages),  # type: ignore[misc]
+        "prompt_tokens": sum(u["prompt_tokens"] for u in usages),  # type: ignore[misc]
+        "total_tokens": sum(u["total_tokens"] for u in usages),  # type: ignore[misc]
+        "prompt_tokens_details": {"cached_tokens": sum(f[0].n_cached for f in finished)},
+    }
+    body["timings"] = finished[0][0].timings.to_json()
     return body
 
 
-async def oai_stream(rt: ModelRuntime, req: CompletionRequest,
-                     events: AsyncIterator[TextDelta | Finished]) -> AsyncIterator[bytes]:
-    envelope = _oai_envelope(rt, f"cmpl-{uuid.uuid4().hex}", int(time.time()))
+async def oai_stream(rt: ModelRuntime, req: CompletionRequest, group: list[GenerationRequest],
+                     events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[bytes]:
+    envelope = _oai_envelope(rt)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    async for event in events:
+    finished: dict[int, Finished] = {}
+    offsets = [0] * len(group)
+    async for index, event in events:
         if isinstance(event, TextDelta):
+            lp = logprobs.legacy(rt.model, event.logprobs, offsets[index]) if group[index].n_probs >= 0 else None
+            offsets[index] += len(event.text)
             yield data_event({**envelope, "choices": [
-                {"text": event.text, "index": 0, "logprobs": None, "finish_reason": None}]})
+                {"text": event.text, "index": index, "logprobs": lp, "finish_reason": None}]})
         else:
+            finished[index] = event
             yield data_event({**envelope, "choices": [
-                {"text": "", "index": 0, "logprobs": None, "finish_reason": generate.finish_reason(event)}],
+                {"text": "", "index": index, "logprobs": None, "finish_reason": generate.finish_reason(event)}],
                 "timings": event.timings.to_json()})
-            if include_usage:
-                yield data_event({**envelope, "choices": [], "usage": generate.usage(event)})
+    if include_usage and finished:
+        yield data_event({**envelope, "choices": [],
+                          "usage": generate.usage([finished[i] for i in sorted(finished)])})
     yield DONE

@@ -1,7 +1,7 @@
-"""Running one generation through the engine, whole or as a stream of deltas.
+"""Running generations through the engine, whole or as streams of deltas.
 
-Adapters for each API family build on these two helpers; engine failures
-become APIError here so every family reports them the same way.
+Adapters for each API family build on these helpers; engine failures become
+APIError here so every family reports them the same way.
 """
 
 from __future__ import annotations
@@ -12,49 +12,62 @@ from dataclasses import dataclass, field
 from llamaserve.api.errors import APIError
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.types import Failed, Finished, GenerationRequest, TextDelta
+from llamaserve.llama.logprobs import TokenLogprob
 
 
 @dataclass
 class Completion:
-    text: str
+    text: str = ""
     tokens: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
     finished: Finished | None = None
+
+    @property
+    def done(self) -> Finished:
+        assert self.finished is not None
+        return self.finished
 
 
 def failure(event: Failed) -> APIError:
     return APIError(event.message, event.kind, status=event.status, extra=dict(event.extra))
 
 
-async def complete(engine: EngineClient, request: GenerationRequest) -> Completion:
-    parts: list[str] = []
-    tokens: list[int] = []
-    async for event in engine.generate(request):
+async def complete(engine: EngineClient, jobs: list[GenerationRequest]) -> list[Completion]:
+    """Run the n choices of one prompt to the end."""
+    parts: list[list[str]] = [[] for _ in jobs]
+    out = [Completion() for _ in jobs]
+    async for index, event in engine.generate_choices(jobs):
         if isinstance(event, TextDelta):
-            parts.append(event.text)
-            tokens += event.tokens
+            parts[index].append(event.text)
+            out[index].tokens += event.tokens
+            out[index].logprobs += event.logprobs
         elif isinstance(event, Finished):
-            return Completion("".join(parts), tokens, event)
+            out[index].finished = event
+            out[index].text = "".join(parts[index])
         else:
             raise failure(event)
-    raise APIError("generation ended without a result", "server_error")
+    return out
 
 
-async def stream(engine: EngineClient, request: GenerationRequest) -> AsyncIterator[TextDelta | Finished]:
-    """Deltas then one Finished; a failure raises APIError (before or mid-stream)."""
-    async for event in engine.generate(request):
+async def stream(engine: EngineClient, jobs: list[GenerationRequest]) -> AsyncIterator[tuple[int, TextDelta | Finished]]:
+    """(choice index, event) pairs; a failure raises APIError (before or mid-stream)."""
+    async for index, event in engine.generate_choices(jobs):
         if isinstance(event, Failed):
             raise failure(event)
-        yield event
+        yield index, event
 
 
 def finish_reason(finished: Finished) -> str:
     return "length" if finished.stop_type == "limit" else "stop"
 
 
-def usage(finished: Finished) -> dict[str, object]:
+def usage(finished: list[Finished]) -> dict[str, object]:
+    """OpenAI usage; the prompt of n choices counts once, their completions add up."""
+    prompt = finished[0].n_prompt_tokens
+    completion = sum(f.n_predicted for f in finished)
     return {
-        "completion_tokens": finished.n_predicted,
-        "prompt_tokens": finished.n_prompt_tokens,
-        "total_tokens": finished.n_prompt_tokens + finished.n_predicted,
-        "prompt_tokens_details": {"cached_tokens": finished.n_cached},
+        "completion_tokens": completion,
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": finished[0].n_cached},
     }

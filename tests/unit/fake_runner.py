@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llamaserve.engine.runner import PlanRow, StepResult
+from llamaserve.engine.runner import PlanRow, Sample, StepResult
 from llamaserve.engine.types import SamplingParams
 
 EOG = 0
@@ -20,6 +20,9 @@ class FakeSampler:
 
     def accept(self, token: int) -> None:
         self.accepted.append(token)
+
+    def sample(self, ctx: object, index: int) -> int:
+        raise AssertionError("the fake runner samples by script")
 
     def close(self) -> None:
         self.closed = True
@@ -38,6 +41,7 @@ class FakeRunner:
         self.kv: dict[int, list[int]] = {i: [] for i in range(n_seq_max)}
         self.plans: list[list[PlanRow]] = []
         self.removed: list[tuple[int, int, int]] = []
+        self.copies: list[tuple[int, int]] = []
         self.fail_next = False
 
     def new_sampler(self, params: SamplingParams) -> FakeSampler:
@@ -48,17 +52,19 @@ class FakeRunner:
         self.plans.append(plan)
         if self.fail_next:
             self.fail_next = False
-            return StepResult([None] * len(plan), error="boom")
-        sampled: list[int | None] = []
+            return StepResult([[] for _ in plan], error="boom")
+        samples: list[list[Sample]] = []
         for row in plan:
             seq = self.kv[row.seq_id]
             assert row.start_pos == len(seq), f"seq {row.seq_id}: pos {row.start_pos} != kv {len(seq)}"
             seq.extend(row.tokens)
-            if row.sampler is None:
-                sampled.append(None)
-                continue
-            sampled.append(self._next(seq))
-        return StepResult(sampled)
+            # choice i of an n > 1 group draws script token + i, so choices differ visibly
+            samples.append([Sample(self._next(seq) + i) for i, _ in enumerate(row.samplers)])
+        return StepResult(samples)
+
+    def seq_copy(self, src: int, dst: int) -> None:
+        self.copies.append((src, dst))
+        self.kv[dst] = list(self.kv[src])
 
     def _next(self, seq: list[int]) -> int:
         for prompt, script in self.scripts.items():

@@ -263,3 +263,70 @@ def test_scheduler_thread_serves_and_stops() -> None:
     assert done.wait(5)
     s.stop()
     assert isinstance(got[-1], Finished) and got[-1].stop_type == "eos"
+
+
+def submit_choices(s: Scheduler, prompt: list[int], n: int, **kw: object) -> list[Collector]:
+    cs = [Collector() for _ in range(n)]
+    s.submit_choices([(s.next_task_id(), GenerationRequest(prompt_tokens=prompt, **kw), c)  # type: ignore[arg-type]
+                      for c in cs])
+    return cs
+
+
+def test_n_choices_decode_the_prompt_once_and_share_its_kv() -> None:
+    s, runner = make(n_slots=4, n_batch=64)
+    prompt = list(range(100, 130))
+    runner.scripts = {tuple(prompt): [20, 21, 22]}
+    cs = submit_choices(s, prompt, 3, n_predict=3)
+    run_until_idle(s)
+    prompt_rows = [r for p in runner.plans for r in p if len(r.tokens) > 1]
+    assert len(prompt_rows) == 1, "the prompt must be decoded once"
+    assert len(runner.copies) == 2
+    finished = [c.finished for c in cs]
+    assert all(f is not None and f.n_predicted == 3 for f in finished)
+    assert len({f.id_slot for f in finished if f}) == 3
+    # each choice drew its own first token from the shared logits
+    assert [c.events[0].tokens[0] for c in cs] == [20, 21, 22]  # type: ignore[union-attr]
+
+
+def test_n_choices_wait_for_enough_free_slots() -> None:
+    s, runner = make(n_slots=2)
+    _, lone = submit(s, [9], n_predict=4)
+    s._drain_inbox(block=False)
+    s._step()
+    cs = submit_choices(s, [1, 2], 2, n_predict=2)
+    s._drain_inbox(block=False)
+    s._step()
+    assert s.stats.requests_deferred == 2
+    run_until_idle(s)
+    assert lone.finished is not None and all(c.finished is not None for c in cs)
+
+
+def test_aborting_a_waiting_choice_leaves_the_others_running() -> None:
+    s, runner = make(n_slots=3, n_batch=4)
+    cs = [Collector() for _ in range(3)]
+    ids = [s.next_task_id() for _ in range(3)]
+    s.submit_choices([(tid, GenerationRequest(prompt_tokens=list(range(100, 120)), n_predict=2), c)
+                      for tid, c in zip(ids, cs)])
+    s._drain_inbox(block=False)
+    s._step()  # leader still prefilling (20 tokens, budget 4)
+    s.abort(ids[2])
+    run_until_idle(s)
+    assert cs[2].finished is not None and cs[2].finished.stop_type == "abort"
+    assert cs[0].finished is not None and cs[0].finished.n_predicted == 2
+    assert cs[1].finished is not None and cs[1].finished.n_predicted == 2
+    assert len(runner.copies) == 1
+
+
+def test_aborting_the_leader_fails_the_waiting_choices_cleanly() -> None:
+    s, runner = make(n_slots=2, n_batch=4)
+    cs = [Collector() for _ in range(2)]
+    ids = [s.next_task_id() for _ in range(2)]
+    s.submit_choices([(tid, GenerationRequest(prompt_tokens=list(range(100, 120)), n_predict=2), c)
+                      for tid, c in zip(ids, cs)])
+    s._drain_inbox(block=False)
+    s._step()
+    s.abort(ids[0])
+    run_until_idle(s)
+    assert cs[0].finished is not None and cs[0].finished.stop_type == "abort"
+    assert cs[1].failed is not None
+    assert not any(sl.busy for sl in s.slots)

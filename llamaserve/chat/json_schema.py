@@ -1,0 +1,2094 @@
+"""Convert a JSON Schema into a llama.cpp GBNF grammar that only admits valid instances.
+
+This is how ``response_format: {"type": "json_schema", ...}`` / ``json_schema`` become a grammar
+for the sampler. It is written from scratch for llamaserve (it shares no code with llama.cpp's
+converter); what it shares is the target: GBNF text that ``llama_sampler_init_grammar`` accepts.
+
+The guiding rule: **never produce a grammar that lets the model write something the schema
+rejects**. A grammar may be *stricter* than the schema (it may admit only a subset of the valid
+documents -- e.g. no ``\\u`` escapes in property names, at most 16 integer digits), because every
+output is then still valid; but a constraint the converter cannot express is a
+:class:`SchemaError`, never silently dropped.
+
+Public API
+----------
+- :func:`schema_to_grammar` -- schema (dict or bool) -> GBNF text with a ``root`` rule.
+- :class:`SchemaError` -- a ``ValueError`` whose message starts with a JSON-pointer-like path to the
+  offending part, e.g. ``#/properties/age/minimum: ...``.
+- :data:`JSON_OBJECT_GRAMMAR` / :func:`json_grammar` -- any JSON object, for
+  ``response_format: {"type": "json_object"}``.
+
+What is enforced
+----------------
+- ``type`` (string or list), inferred from keywords when absent (``properties`` -> object, ...;
+  no typed keyword at all -> any JSON value). ``{}`` / ``true`` -> any JSON value.
+- ``enum`` / ``const`` (values are also checked against the sibling keywords and dropped if they
+  fail them; an empty result is an error).
+- objects: ``properties`` in declared order, ``required`` vs optional (each optional property may be
+  omitted; the construction is linear in the number of properties), ``additionalProperties``
+  (``false`` / ``true`` / schema). Absent ``additionalProperties`` allows extra properties of any
+  value after the declared ones, like llama.cpp. Extra property names can never be a declared name
+  (so an omitted optional property cannot reappear with a wrong type) and are written without
+  backslash escapes. When absent, and the declared names are very long in total (> 256 chars) or
+  ``maxProperties`` is set, extra properties are simply not offered (a stricter grammar).
+  ``minProperties`` / ``maxProperties`` only when implied by ``required`` / the closed property set.
+- arrays: ``items``, ``prefixItems`` (and the old list form of ``items`` + ``additionalItems``),
+  ``minItems`` / ``maxItems`` (any size: large counts are written as base-10 blocks so the grammar
+  stays small and within llama.cpp's 2000-repetition limit). ``uniqueItems: true`` only when
+  ``maxItems <= 1``.
+- strings: ``minLength`` / ``maxLength`` (counted in code points), ``pattern`` (ECMA-262 subset:
+  literals, classes, ``\\d \\w \\s`` and negations, ``.``, groups incl. ``(?:`` / named,
+  alternation,
+  ``? * + {m} {m,} {m,n}`` (lazy too), ``^`` / ``$`` at the ends of top-level branches; an
+  unanchored side accepts any text there, as JSON Schema requires). A pattern together with
+  ``minLength``/``maxLength`` works when the lengths are implied by the pattern or when the pattern
+  has a single variable-length part (``^[a-z]+$``); otherwise it is an error.
+- ``format``: ``date``, ``time``, ``date-time`` (RFC 3339, real calendar incl. leap years),
+  ``uuid``, ``email`` (a practical dot-atom subset), ``ipv4``. Other formats are annotations in JSON
+  Schema 2020-12 and are ignored; a known format is also dropped (being an annotation) when a
+  ``pattern`` or length constraint it cannot be combined with is present -- those assertions win.
+- integers: ``minimum`` / ``maximum`` / ``exclusiveMinimum`` / ``exclusiveMaximum`` (also the
+  draft-4 boolean form) exactly, for any bounds. Numbers: the same bounds exactly, including
+  fractional bounds (bounded numbers are written without exponent). ``multipleOf: 1`` = integer.
+- ``anyOf`` / ``oneOf`` as alternatives (oneOf's "exactly one" is *not* enforced -- the same choice
+  llama.cpp and other constrained decoders make), with sibling keywords distributed into each
+  alternative; ``allOf`` by merging (properties, bounds, items, ... ; an unmergeable combination,
+  e.g. two different patterns, is an error).
+- ``$ref`` to any local JSON pointer (``#``, ``#/$defs/..``, ``#/definitions/..``, ...), recursive
+  references included (named rules). A reference cycle that consumes no input (left recursion) is
+  an error, as llama.cpp would reject the grammar.
+
+Rejected (SchemaError): unknown ``type`` names, ``false`` schemas, unsatisfiable combinations,
+``not``, ``if``+``then``/``else``, ``patternProperties`` / ``propertyNames`` with real constraints,
+``dependentRequired`` / ``dependentSchemas`` / ``dependencies``, ``contains``, ``uniqueItems: true``
+(unless ``maxItems <= 1``), ``multipleOf`` other than 1, ``unevaluated*`` next to composition,
+``$dynamicRef`` / ``$recursiveRef``, non-local or unresolvable ``$ref``, regex features outside the
+subset (lookarounds, backreferences, ``\\b``, ``\\p{..}``, ...), and schemas that exceed the size
+budget (``max_rules`` llama.cpp rules after expansion, ``max_grammar_bytes``, nesting depth) or the
+time budget (``deadline_s``).
+
+Ignored (purely descriptive): ``title``, ``description``, ``examples``, ``default``, ``$schema``,
+``$id``, ``$anchor``, ``$comment``, ``$defs``/``definitions`` (used only as ``$ref`` targets),
+``deprecated``, ``readOnly``, ``writeOnly``, ``content*``, unknown formats, ``then``/``else``
+without ``if``, ``if`` without ``then``/``else``, and any keyword JSON Schema does not define
+(e.g. OpenAPI's ``nullable``) -- unknown keywords are annotations per the specification.
+
+Whitespace: one optional whitespace slot after every token, ``| " " | "\\n" [ \\t]{0,20}``, so the
+model may pretty-print but can never loop on whitespace.
+
+This module imports nothing else from llamaserve and nothing outside the standard library.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import time
+import urllib.parse
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final, TypeAlias
+
+__all__ = [
+    "JSON_OBJECT_GRAMMAR",
+    "SchemaError",
+    "json_grammar",
+    "schema_to_grammar",
+]
+
+
+class SchemaError(ValueError):
+    """The schema cannot be turned into a grammar; the message starts with ``#/path: ``."""
+
+
+class _Unsatisfiable(SchemaError):
+    """No JSON value satisfies this (sub)schema.
+
+    A separate type because inside ``anyOf`` such an alternative is simply dropped, while at the
+    top level it is an error like any other.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Limits that are not parameters.
+
+# Schema nesting depth. Each level costs a handful of Python frames; 64 levels keeps the converter
+# far from the interpreter's recursion limit even when called deep inside a server stack, and no
+# real response schema nests that deeply.
+_MAX_DEPTH: Final = 64
+# Repetition counts up to this are written directly as ``x{m,n}``; llama.cpp expands ``{m,n}`` into
+# n-m rules and refuses counts >= 2000, so anything larger is decomposed into base-10 blocks.
+_DIRECT_REPEAT: Final = 32
+# Implicit (absent) additionalProperties needs a "not a declared name" grammar whose size grows
+# with the declared names; past this many characters the extras are not offered at all.
+_IMPLICIT_EXTRA_KEYS_MAX_CHARS: Final = 256
+
+
+# --------------------------------------------------------------------------------------------
+# JSON pointers for error messages.
+
+
+def _ptr(path: str, *tokens: str | int) -> str:
+    """Append JSON-pointer tokens (escaped per RFC 6901) to ``path``."""
+    for tok in tokens:
+        path += "/" + str(tok).replace("~", "~0").replace("/", "~1")
+    return path
+
+
+def _err(path: str, message: str) -> SchemaError:
+    return SchemaError(f"{path}: {message}")
+
+
+def _unsat(path: str, message: str) -> _Unsatisfiable:
+    return _Unsatisfiable(f"{path}: {message}")
+
+
+# --------------------------------------------------------------------------------------------
+# GBNF text helpers.
+
+Intervals: TypeAlias = tuple[tuple[int, int], ...]
+_MAX_CP: Final = 0x10FFFF
+_RULE_NAME_RE: Final = re.compile(r"[A-Za-z0-9-]+")
+_LITERAL_RE: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
+_CLASS_RE: Final = re.compile(r"\[(?:[^\]\\]|\\.)*\]")
+
+
+def _iv(pairs: Iterable[tuple[int, int]]) -> Intervals:
+    """Sort and merge code-point intervals (inclusive bounds)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(p for p in pairs if p[0] <= p[1]):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def _iv_complement(iv: Intervals) -> Intervals:
+    out: list[tuple[int, int]] = []
+    nxt = 0
+    for lo, hi in iv:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= _MAX_CP:
+        out.append((nxt, _MAX_CP))
+    return tuple(out)
+
+
+def _iv_intersect(a: Intervals, b: Intervals) -> Intervals:
+    out: list[tuple[int, int]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
+
+
+def _iv_contains(iv: Intervals, cp: int) -> bool:
+    return any(lo <= cp <= hi for lo, hi in iv)
+
+
+def _gbnf_char(cp: int, in_class: bool) -> str:
+    """One code point inside a GBNF literal or class, escaped so llama.cpp's parser reads it back.
+
+    Everything outside printable ASCII is written as an escape so the grammar text is pure ASCII
+    (no question of how the C side decodes UTF-8 in the grammar source).
+    """
+    specials = '\\"[]-^' if in_class else '\\"'
+    ch = chr(cp)
+    if 0x20 <= cp < 0x7F and ch not in specials:
+        return ch
+    if ch == "\\":
+        return "\\\\"
+    if ch == '"':
+        return '\\"'
+    if cp == 0x0A:
+        return "\\n"
+    if cp == 0x09:
+        return "\\t"
+    if cp == 0x0D:
+        return "\\r"
+    if cp < 0x100:
+        return f"\\x{cp:02X}"
+    if cp < 0x10000:
+        return f"\\u{cp:04X}"
+    return f"\\U{cp:08X}"
+
+
+def _gbnf_literal(text: str) -> str:
+    return '"' + "".join(_gbnf_char(ord(c), False) for c in text) + '"'
+
+
+def _gbnf_class(iv: Intervals, negate: bool = False) -> str:
+    parts = []
+    for lo, hi in iv:
+        parts.append(_gbnf_char(lo, True))
+        if hi > lo:
+            # Two adjacent code points are written as two members: a range of two is no shorter.
+            parts.append(("-" if hi > lo + 1 else "") + _gbnf_char(hi, True))
+    return "[" + ("^" if negate else "") + "".join(parts) + "]"
+
+
+def _class_expr(iv: Intervals) -> str:
+    """The shorter of ``[...]`` and ``[^...]`` for a non-empty set."""
+    comp = _iv_complement(iv)
+    return _gbnf_class(iv) if len(iv) < len(comp) else _gbnf_class(comp, negate=True)
+
+
+def _json_text_literal(value: str) -> str:
+    """GBNF literal matching the JSON-encoded form of ``value`` *without* surrounding quotes."""
+    return _gbnf_literal(json.dumps(value, ensure_ascii=False)[1:-1])
+
+
+# Characters that JSON strings cannot contain raw: the quote, the backslash, and C0 controls.
+_JSON_SPECIAL: Final = _iv([(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])
+
+
+def _json_char_expr(iv: Intervals) -> str | None:
+    """GBNF for one *decoded* string character from ``iv``, as it appears inside a JSON string.
+
+    Raw characters are allowed as themselves; the quote, the backslash and control characters only
+    in their escaped forms. Other characters are never offered as ``\\u`` escapes (a stricter but
+    still valid grammar). Returns None when ``iv`` is empty.
+    """
+    alts: list[str] = []
+    raw = _iv_intersect(iv, _iv_complement(_JSON_SPECIAL))
+    if raw:
+        alts.append(_class_expr(raw))
+    for cp in (0x22, 0x5C):
+        if _iv_contains(iv, cp):
+            alts.append(_json_text_literal(chr(cp)))
+    controls = _iv_intersect(iv, ((0x00, 0x1F),))
+    if controls == ((0x00, 0x1F),):
+        # Every control character: the short escapes plus the \uXXXX form that covers them all.
+        alts.append(r'"\\" ([bfnrt] | "u00" [01] [0-9a-fA-F])')
+    else:
+        for lo, hi in controls:
+            alts.extend(_json_text_literal(chr(cp)) for cp in range(lo, hi + 1))
+    if not alts:
+        return None
+    return alts[0] if len(alts) == 1 else "(" + " | ".join(alts) + ")"
+
+
+def _strip_group(expr: str) -> str:
+    """``(x | y)`` -> ``x | y`` when the parentheses enclose the whole expression (a rule body
+    needs no group, and each group costs llama.cpp a rule)."""
+    if not expr.startswith("(") or not expr.endswith(")"):
+        return expr
+    depth = 0
+    i = 0
+    while i < len(expr):
+        c = expr[i]
+        if c in "\"[":
+            close = '"' if c == '"' else "]"
+            i += 1
+            while expr[i] != close:
+                i += 2 if expr[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0 and i != len(expr) - 1:
+                return expr
+        i += 1
+    return expr[1:-1]
+
+
+def _json_value_gbnf(value: Any, ws: str) -> str:
+    """GBNF for one fixed JSON value, with optional whitespace between its tokens (none after)."""
+    if isinstance(value, dict):
+        if not value:
+            return f'"{{" {ws} "}}"'
+        members = [
+            f"{_gbnf_literal(json.dumps(k, ensure_ascii=False))} {ws} \":\" {ws} "
+            f"{_json_value_gbnf(v, ws)} {ws}"
+            for k, v in value.items()
+        ]
+        return f'"{{" {ws} ' + f' "," {ws} '.join(members) + ' "}"'
+    if isinstance(value, list):
+        if not value:
+            return f'"[" {ws} "]"'
+        items = [f"{_json_value_gbnf(v, ws)} {ws}" for v in value]
+        return f'"[" {ws} ' + f' "," {ws} '.join(items) + ' "]"'
+    return _gbnf_literal(json.dumps(value, ensure_ascii=False, allow_nan=False))
+
+
+def _rep_suffix(lo: int, hi: int | None) -> str:
+    if (lo, hi) == (0, 1):
+        return "?"
+    if hi is None:
+        return "*" if lo == 0 else "+" if lo == 1 else f"{{{lo},}}"
+    return f"{{{lo}}}" if lo == hi else f"{{{lo},{hi}}}"
+
+
+def _is_symbol(expr: str) -> bool:
+    """True when ``expr`` is one GBNF symbol (rule name, literal or class) safe to repeat.
+
+    llama.cpp multiplies a repeated group's inner rule count by the repetition count and refuses
+    the grammar at 2000, so anything repeated is first made a single symbol.
+    """
+    return bool(
+        _RULE_NAME_RE.fullmatch(expr) or _LITERAL_RE.fullmatch(expr) or _CLASS_RE.fullmatch(expr)
+    )
+
+
+def _seq(*parts: str) -> str:
+    return " ".join(p for p in parts if p)
+
+
+def _group(expr: str) -> str:
+    """Parenthesise ``expr`` if it has a top-level alternation (so it can sit inside a sequence)."""
+    depth = 0
+    i = 0
+    while i < len(expr):
+        c = expr[i]
+        if c in "\"[":
+            close = '"' if c == '"' else "]"
+            i += 1
+            while expr[i] != close:
+                i += 2 if expr[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            return f"({expr})"
+        i += 1
+    return expr
+
+
+def _llama_cost(body: str) -> int:
+    """How many rules llama.cpp creates for one rule body, beyond the rule itself.
+
+    Its parser makes one rule per parenthesised group, one per ``? * +`` and ``{m,}``, and n-m
+    rules for ``{m,n}``. This is what the ``max_rules`` budget counts, because it is what costs
+    memory and time in the sampler.
+    """
+    cost = 0
+    i, n = 0, len(body)
+    while i < n:
+        c = body[i]
+        if c in "\"[":
+            close = '"' if c == '"' else "]"
+            i += 1
+            while i < n and body[i] != close:
+                i += 2 if body[i] == "\\" else 1
+        elif c == "(" or c in "?*+":
+            cost += 1
+        elif c == "{":
+            end = body.index("}", i)
+            lo_s, comma, hi_s = body[i + 1 : end].partition(",")
+            if comma and hi_s:
+                cost += int(hi_s) - int(lo_s)
+            elif comma:
+                cost += 1
+            i = end
+        i += 1
+    return cost
+
+
+# Rules every grammar may use; added on demand together with their dependencies.
+_BUILTINS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+    # One optional whitespace slot: nothing, a space, or one newline plus bounded indentation.
+    "ws": (r'| " " | "\n" [ \t]{0,20}', ()),
+    "value": ("object | array | string | number | boolean | null", (
+        "object", "array", "string", "number", "boolean", "null")),
+    "object": (r'"{" ws (member ("," ws member)*)? "}" ws', ("ws", "member")),
+    "member": (r'string ":" ws value', ("string", "ws", "value")),
+    "array": (r'"[" ws (value ("," ws value)*)? "]" ws', ("ws", "value")),
+    "string": (r'"\"" char* "\"" ws', ("char", "ws")),
+    # Unescaped characters, short escapes, and \u escapes that are not UTF-16 surrogates (a lone
+    # surrogate is not a character; astral characters are written raw instead).
+    "char": (
+        r'[^"\\\x00-\x1F] | "\\" ["\\/bfnrt] | "\\u" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | '
+        r"[dD] [0-7] [0-9a-fA-F]{2})",
+        (),
+    ),
+    # Digit counts are bounded so a model cannot loop on digits forever.
+    "number": (
+        r'"-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [+\-]? [0-9]{1,2})? ws',
+        ("ws",),
+    ),
+    "integer": (r'"-"? ("0" | [1-9] [0-9]{0,15}) ws', ("ws",)),
+    "boolean": (r'("true" | "false") ws', ("ws",)),
+    "null": (r'"null" ws', ("ws",)),
+    "dig15": (r"[0-9]{0,15}", ()),
+    # Property names offered as "additional": raw characters only, so no escape can spell a
+    # declared name.
+    "kchar": (r'[^"\\\x00-\x1F]', ()),
+    "key-rest": (r'kchar* "\"" ws', ("kchar", "ws")),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Regular expressions (the ECMA-262 subset JSON Schema patterns use in practice).
+
+
+@dataclass(frozen=True)
+class _RSet:
+    chars: Intervals
+
+
+@dataclass(frozen=True)
+class _RSeq:
+    items: tuple[_RNode, ...]
+
+
+@dataclass(frozen=True)
+class _RAlt:
+    options: tuple[_RNode, ...]
+
+
+@dataclass(frozen=True)
+class _RRep:
+    item: _RNode
+    lo: int
+    hi: int | None
+
+
+@dataclass(frozen=True)
+class _RAnchor:
+    start: bool
+
+
+_RNode: TypeAlias = _RSet | _RSeq | _RAlt | _RRep | _RAnchor
+
+_ANY_CHAR: Final = _RSet(((0, _MAX_CP),))
+_DIGIT: Final = _iv([(0x30, 0x39)])
+_WORD: Final = _iv([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)])
+# ECMA-262 WhiteSpace + LineTerminator, so that \S excludes exactly what the validator calls space.
+_SPACE: Final = _iv(
+    [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
+     (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)]
+)
+_LINE_TERMINATORS: Final = _iv([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)])
+_QUANT_RE: Final = re.compile(r"\{(\d+)(?:(,)(\d*))?\}")
+
+
+class _RegexParser:
+    """Recursive-descent parser for a pattern into a small AST; rejects what it cannot honour."""
+
+    def __init__(self, pattern: str, path: str) -> None:
+        self.src = pattern
+        self.pos = 0
+        self.path = path
+        self.depth = 0
+
+    def fail(self, message: str) -> SchemaError:
+        return _err(self.path, f"{message} (at offset {self.pos} of pattern {self.src!r})")
+
+    def parse(self) -> _RNode:
+        node = self.alternation()
+        if self.pos != len(self.src):
+            raise self.fail("unbalanced ')'")
+        return node
+
+    def peek(self) -> str:
+        return self.src[self.pos] if self.pos < len(self.src) else ""
+
+    def alternation(self) -> _RNode:
+        options = [self.sequence()]
+        while self.peek() == "|":
+            self.pos += 1
+            options.append(self.sequence())
+        return options[0] if len(options) == 1 else _RAlt(tuple(options))
+
+    def sequence(self) -> _RNode:
+        items: list[_RNode] = []
+        while self.peek() not in ("", "|", ")"):
+            items.append(self.quantified())
+        return items[0] if len(items) == 1 else _RSeq(tuple(items))
+
+    def quantified(self) -> _RNode:
+        atom = self.atom()
+        c = self.peek()
+        lo: int
+        hi: int | None
+        if c in ("*", "+", "?"):
+            self.pos += 1
+            lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
+        elif c == "{" and (m := _QUANT_RE.match(self.src, self.pos)):
+            self.pos = m.end()
+            lo = int(m.group(1))
+            hi = lo if not m.group(2) else (int(m.group(3)) if m.group(3) else None)
+            if hi is not None and hi < lo:
+                raise self.fail("numbers out of order in {} quantifier")
+        else:
+            return atom
+        if isinstance(atom, _RAnchor):
+            raise self.fail("quantified anchor")
+        if self.peek() == "?":  # lazy: matching is the same set of strings
+            self.pos += 1
+        if self.peek() in ("*", "+", "?") or (
+            self.peek() == "{" and _QUANT_RE.match(self.src, self.pos)
+        ):
+            raise self.fail("nothing to repeat")
+        return _RRep(atom, lo, hi)
+
+    def atom(self) -> _RNode:
+        c = self.peek()
+        if c == "(":
+            return self.group()
+        if c == "[":
+            return _RSet(self.char_class())
+        self.pos += 1
+        if c == ".":
+            return _RSet(_iv_complement(_LINE_TERMINATORS))
+        if c == "^":
+            return _RAnchor(start=True)
+        if c == "$":
+            return _RAnchor(start=False)
+        if c in ("*", "+", "?"):
+            self.pos -= 1
+            raise self.fail("nothing to repeat")
+        if c == "{" and _QUANT_RE.match(self.src, self.pos - 1):
+            self.pos -= 1
+            raise self.fail("nothing to repeat")
+        if c == "\\":
+            return _RSet(self.escape(in_class=False))
+        return _RSet(((ord(c), ord(c)),))
+
+    def group(self) -> _RNode:
+        self.pos += 1
+        if self.src.startswith("?", self.pos):
+            if self.src.startswith("?:", self.pos):
+                self.pos += 2
+            elif self.src.startswith("?<", self.pos) and not self.src.startswith(
+                ("?<=", "?<!"), self.pos
+            ):
+                end = self.src.find(">", self.pos)
+                if end < 0:
+                    raise self.fail("unterminated group name")
+                self.pos = end + 1
+            elif self.src.startswith(("?=", "?!", "?<=", "?<!"), self.pos):
+                raise self.fail("lookaround assertions are not supported")
+            else:
+                raise self.fail("unsupported group syntax")
+        self.depth += 1
+        if self.depth > _MAX_DEPTH:
+            raise self.fail("groups nested too deeply")
+        node = self.alternation()
+        self.depth -= 1
+        if self.peek() != ")":
+            raise self.fail("missing ')'")
+        self.pos += 1
+        return node
+
+    def escape(self, in_class: bool) -> Intervals:
+        """Parse after a backslash; returns the set of characters it stands for."""
+        c = self.peek()
+        if not c:
+            raise self.fail("trailing backslash")
+        self.pos += 1
+        classes = {"d": _DIGIT, "w": _WORD, "s": _SPACE}
+        if c in classes:
+            return classes[c]
+        if c.lower() in classes:
+            return _iv_complement(classes[c.lower()])
+        simple = {"n": 0x0A, "r": 0x0D, "t": 0x09, "f": 0x0C, "v": 0x0B}
+        if c in simple:
+            return ((simple[c], simple[c]),)
+        if c == "b" and in_class:
+            return ((0x08, 0x08),)
+        if c in ("b", "B"):
+            raise self.fail("word-boundary assertions are not supported")
+        if c == "0" and not self.peek().isdigit():
+            return ((0, 0),)
+        if c.isdigit():
+            raise self.fail("backreferences are not supported")
+        if c == "x" or (c == "u" and self.peek() != "{"):
+            width = 2 if c == "x" else 4
+            digits = self.src[self.pos : self.pos + width]
+            if len(digits) != width or not all(d in "0123456789abcdefABCDEF" for d in digits):
+                raise self.fail(f"bad \\{c} escape")
+            self.pos += width
+            cp = int(digits, 16)
+            return ((cp, cp),)
+        if c in ("u", "p", "P", "k", "c"):
+            raise self.fail(f"\\{c} escapes are not supported")
+        if c.isalnum():
+            raise self.fail(f"unknown escape \\{c}")
+        return ((ord(c), ord(c)),)  # escaped punctuation stands for itself
+
+    def char_class(self) -> Intervals:
+        self.pos += 1
+        negate = self.peek() == "^"
+        if negate:
+            self.pos += 1
+        pairs: list[tuple[int, int]] = []
+        while self.peek() != "]":
+            if not self.peek():
+                raise self.fail("unterminated character class")
+            lo_set = self.class_atom()
+            if (
+                self.peek() == "-"
+                and self.src[self.pos + 1 : self.pos + 2] not in ("]", "")
+            ):
+                self.pos += 1
+                hi_set = self.class_atom()
+                if len(lo_set) != 1 or len(hi_set) != 1 or lo_set[0][0] != lo_set[0][1] or (
+                    hi_set[0][0] != hi_set[0][1]
+                ):
+                    raise self.fail("character class escape used as a range bound")
+                if hi_set[0][0] < lo_set[0][0]:
+                    raise self.fail("range out of order in character class")
+                pairs.append((lo_set[0][0], hi_set[0][0]))
+            else:
+                pairs.extend(lo_set)
+        self.pos += 1
+        iv = _iv(pairs)
+        return _iv_complement(iv) if negate else iv
+
+    def class_atom(self) -> Intervals:
+        c = self.peek()
+        self.pos += 1
+        if c == "\\":
+            if self.peek() == "-":
+                self.pos += 1
+                return ((0x2D, 0x2D),)
+            return self.escape(in_class=True)
+        return ((ord(c), ord(c)),)
+
+
+def _re_nullable(node: _RNode) -> bool:
+    if isinstance(node, _RSet):
+        return False
+    if isinstance(node, _RSeq):
+        return all(_re_nullable(i) for i in node.items)
+    if isinstance(node, _RAlt):
+        return any(_re_nullable(o) for o in node.options)
+    if isinstance(node, _RRep):
+        return node.lo == 0 or _re_nullable(node.item)
+    return True
+
+
+def _re_nonempty(node: _RNode) -> _RNode | None:
+    """The same language minus the empty string (None if nothing is left).
+
+    Needed because ``X*`` with a nullable ``X`` is left-recursive in llama.cpp's expansion
+    (``S' ::= X S' |``), which it rejects; ``X{m,}`` equals ``X'*`` for the non-empty part ``X'``.
+    """
+    if isinstance(node, _RSet):
+        return node
+    if isinstance(node, _RAnchor):
+        return None
+    if isinstance(node, _RAlt):
+        opts = [o for o in (_re_nonempty(x) for x in node.options) if o is not None]
+        return None if not opts else opts[0] if len(opts) == 1 else _RAlt(tuple(opts))
+    if isinstance(node, _RRep):
+        if node.hi == 0:
+            return None
+        if not _re_nullable(node.item):
+            return _RRep(node.item, max(node.lo, 1), node.hi)
+        inner = _re_nonempty(node.item)
+        return None if inner is None else _RRep(inner, 1, node.hi)
+    # A non-empty word of a sequence has a first non-empty component i; all before it are empty.
+    opts = []
+    for i, item in enumerate(node.items):
+        first = _re_nonempty(item)
+        if first is not None:
+            opts.append(_RSeq((first, *node.items[i + 1 :])))
+        if not _re_nullable(item):
+            break
+    return None if not opts else opts[0] if len(opts) == 1 else _RAlt(tuple(opts))
+
+
+def _re_len(node: _RNode) -> tuple[int, int | None]:
+    """Minimum and maximum length (None = unbounded) of the strings ``node`` matches."""
+    if isinstance(node, _RSet):
+        return 1, 1
+    if isinstance(node, _RAnchor):
+        return 0, 0
+    if isinstance(node, _RSeq):
+        lo, hi = 0, 0
+        unbounded = False
+        for item in node.items:
+            a, b = _re_len(item)
+            lo += a
+            if b is None:
+                unbounded = True
+            else:
+                hi += b
+        return lo, None if unbounded else hi
+    if isinstance(node, _RAlt):
+        lens = [_re_len(o) for o in node.options]
+        his = [b for _, b in lens]
+        lo = min(a for a, _ in lens)
+        return lo, None if None in his else max(b for b in his if b is not None)
+    a, b = _re_len(node.item)
+    if node.hi is None:
+        return node.lo * a, (0 if b == 0 else None)
+    return node.lo * a, None if b is None else node.hi * b
+
+
+def _re_branches(node: _RNode, path: str) -> list[_RNode]:
+    """Split top-level alternatives, resolve their ``^``/``$`` anchors, and make the implicit
+    "anything may come before/after" of an unanchored side explicit."""
+    options = node.options if isinstance(node, _RAlt) else (node,)
+    out: list[_RNode] = []
+    for opt in options:
+        items = list(opt.items) if isinstance(opt, _RSeq) else [opt]
+        anchored_start = anchored_end = False
+        while items and isinstance(items[0], _RAnchor) and items[0].start:
+            items.pop(0)
+            anchored_start = True
+        while items and isinstance(items[-1], _RAnchor) and not items[-1].start:
+            items.pop()
+            anchored_end = True
+        if any(_re_has_anchor(i) for i in items):
+            raise _err(path, "'^' and '$' are only supported at the start and end of the pattern")
+        anything = _RRep(_ANY_CHAR, 0, None)
+        if not anchored_start:
+            items.insert(0, anything)
+        if not anchored_end and not (items and items[-1] == anything):
+            items.append(anything)
+        out.append(items[0] if len(items) == 1 else _RSeq(tuple(items)))
+    return out
+
+
+def _re_has_anchor(node: _RNode) -> bool:
+    if isinstance(node, _RAnchor):
+        return True
+    if isinstance(node, _RSeq):
+        return any(_re_has_anchor(i) for i in node.items)
+    if isinstance(node, _RAlt):
+        return any(_re_has_anchor(o) for o in node.options)
+    if isinstance(node, _RRep):
+        return _re_has_anchor(node.item)
+    return False
+
+
+def _re_fit_length(branch: _RNode, min_len: int, max_len: int | None) -> _RNode | None:
+    """Intersect one anchored branch with a length range, or raise ValueError if not expressible.
+
+    Returns the branch unchanged when the lengths are implied, a branch with its single
+    variable-length repetition narrowed when that is enough, and None when nothing fits.
+    """
+    lo, hi = _re_len(branch)
+    if lo >= min_len and (max_len is None or (hi is not None and hi <= max_len)):
+        return branch
+    if (max_len is not None and lo > max_len) or (hi is not None and hi < min_len):
+        return None
+    items = list(branch.items) if isinstance(branch, _RSeq) else [branch]
+    variable = [i for i, it in enumerate(items) if _re_len(it)[0] != _re_len(it)[1]]
+    if len(variable) != 1:
+        raise ValueError("more than one variable-length part")
+    idx = variable[0]
+    rep = items[idx]
+    if not isinstance(rep, _RRep):
+        raise ValueError("the variable-length part is not a simple repetition")
+    unit_lo, unit_hi = _re_len(rep.item)
+    if unit_lo != unit_hi or unit_lo == 0:
+        raise ValueError("the repeated part has a variable length")
+    assert unit_hi is not None
+    fixed = sum(_re_len(it)[0] for i, it in enumerate(items) if i != idx)
+    count_lo = max(rep.lo, -(-(min_len - fixed) // unit_lo))
+    count_hi = rep.hi
+    if max_len is not None:
+        cap = (max_len - fixed) // unit_lo
+        count_hi = cap if count_hi is None else min(count_hi, cap)
+    if count_hi is not None and count_hi < count_lo:
+        return None
+    items[idx] = _RRep(rep.item, count_lo, count_hi)
+    return items[0] if len(items) == 1 else _RSeq(tuple(items))
+
+
+# Format grammars, written as regexes so the pattern compiler (and its length analysis) is reused.
+_DATE_RE: Final = (
+    r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+    r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
+)
+_TIME_RE: Final = (
+    r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?"
+    r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+)
+_OCTET_RE: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_FORMATS: Final[dict[str, str]] = {
+    "date": f"^{_DATE_RE}$",
+    "time": f"^{_TIME_RE}$",
+    "date-time": f"^{_DATE_RE}T{_TIME_RE}$",
+    "uuid": r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+    "email": (
+        r"^[A-Za-z0-9_%+-]+(?:\.[A-Za-z0-9_%+-]+)*"
+        r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}$"
+    ),
+    "ipv4": rf"^(?:{_OCTET_RE}\.){{3}}{_OCTET_RE}$",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Numeric ranges as grammars over canonical decimal text.
+
+
+def _digit_class(lo: int, hi: int) -> str:
+    return f'"{lo}"' if lo == hi else f"[{lo}-{hi}]"
+
+
+def _same_length_range(lo: str, hi: str) -> str:
+    """Digit strings of len(lo) (leading zeros allowed) between ``lo`` and ``hi`` inclusive."""
+    if lo == hi:
+        return f'"{lo}"'
+    p = 0
+    while lo[p] == hi[p]:
+        p += 1
+    if p:
+        return _seq(f'"{lo[:p]}"', _group(_same_length_range(lo[p:], hi[p:])))
+    rest = len(lo) - 1
+    if rest == 0:
+        return _digit_class(int(lo), int(hi))
+    any_rest = "[0-9]" if rest == 1 else f"[0-9]{{{rest}}}"
+    lo_full = lo[1:] == "0" * rest
+    hi_full = hi[1:] == "9" * rest
+    first = int(lo[0]) if lo_full else int(lo[0]) + 1
+    last = int(hi[0]) if hi_full else int(hi[0]) - 1
+    alts = []
+    if not lo_full:
+        alts.append(_seq(f'"{lo[0]}"', _group(_same_length_range(lo[1:], "9" * rest))))
+    if first <= last:
+        alts.append(_seq(_digit_class(first, last), any_rest))
+    if not hi_full:
+        alts.append(_seq(f'"{hi[0]}"', _group(_same_length_range("0" * rest, hi[1:]))))
+    return alts[0] if len(alts) == 1 else "(" + " | ".join(alts) + ")"
+
+
+def _nonneg_int_alts(a: int, b: int | None) -> list[str]:
+    """Alternatives for the canonical decimal form of every integer in [a, b] (b None = inf)."""
+    if b is not None and a > b:
+        return []
+    alts: list[str] = []
+    if a == 0:
+        alts.append('"0"')
+        if b == 0:
+            return alts
+        a = 1
+    da = len(str(a))
+    if b is None:
+        alts.append(_same_length_range(str(a), "9" * da))
+        # Longer numbers are all larger; offer up to 16 digits (or one more than the bound).
+        alts.append(_seq("[1-9]", "[0-9]" + _rep_suffix(da, max(da, 15))))
+        return alts
+    db = len(str(b))
+    for d in range(da, db + 1):
+        lo_s = str(a) if d == da else "1" + "0" * (d - 1)
+        hi_s = str(b) if d == db else "9" * d
+        alts.append(_same_length_range(lo_s, hi_s))
+    return alts
+
+
+def _int_range_alts(lo: int | None, hi: int | None) -> list[str]:
+    alts: list[str] = []
+    if hi is None or hi >= 0:
+        alts += _nonneg_int_alts(max(lo, 0) if lo is not None else 0, hi)
+    if lo is None or lo < 0:
+        # Negative numbers: "-" and a magnitude; "-0" is never produced.
+        mag_lo = 1 if hi is None or hi >= 0 else -hi
+        mag_hi = None if lo is None else -lo
+        alts += [_seq('"-"', _group(a)) for a in _nonneg_int_alts(mag_lo, mag_hi)]
+    return alts
+
+
+# Fraction-digit constraints: ("free",), ("ge"|"gt", digits) for a lower bound on 0.F,
+# ("le"|"lt", digits) for an upper bound. Bound digits never have trailing zeros.
+_FracState: TypeAlias = tuple[str, ...]
+_FREE: Final[_FracState] = ("free",)
+
+
+def _frac_step(state: _FracState, d: int, lower: bool) -> _FracState | None:
+    if state == _FREE:
+        return state
+    kind, digits = state
+    b = int(digits[0]) if digits else 0
+    if d == b:
+        nxt = (kind, digits[1:])
+        return _FREE if nxt == ("ge", "") else nxt
+    return _FREE if (d > b) == lower else None
+
+
+def _frac_lang(lo: _FracState, hi: _FracState) -> tuple[bool, str | None]:
+    """Fraction digit strings F with 0.F within the bounds.
+
+    Returns (whether the empty F -- i.e. no fraction part -- is allowed, GBNF for the non-empty
+    F or None). Free tails are bounded (``dig15``), which only narrows the language.
+    """
+    if lo == ("ge", ""):
+        lo = _FREE
+    if hi == ("lt", "") or (lo == ("gt", "") and hi == ("le", "")):
+        return False, None
+    if lo == _FREE and hi == _FREE:
+        return True, "[0-9] dig15"
+    if lo == ("gt", "") and hi == _FREE:
+        return False, '"0"{0,15} [1-9] dig15'
+    if lo == _FREE and hi == ("le", ""):
+        return True, '"0"{1,16}'
+    empty_ok = lo == _FREE and hi[0] in ("free", "le", "lt")
+    groups: dict[tuple[_FracState, _FracState], list[int]] = {}
+    for d in range(10):
+        nl, nh = _frac_step(lo, d, True), _frac_step(hi, d, False)
+        if nl is not None and nh is not None:
+            groups.setdefault((nl, nh), []).append(d)
+    alts = []
+    for (nl, nh), digits in groups.items():
+        cls = _gbnf_class(_iv((d + 0x30, d + 0x30) for d in digits))
+        rest_empty, rest = _frac_lang(nl, nh)
+        if rest is None:
+            if rest_empty:
+                alts.append(cls)
+        elif nl == _FREE and nh == _FREE:
+            alts.append(f"{cls} dig15")
+        elif rest_empty:
+            alts.append(f"{cls} ({rest})?")
+        else:
+            alts.append(_seq(cls, _group(rest)))
+    return empty_ok, (" | ".join(alts) if alts else None)
+
+
+def _split_decimal(d: Decimal) -> tuple[int, str]:
+    """Integer part and fraction digits (no trailing zeros) of a non-negative decimal."""
+    ip = int(d)
+    text = format(d - ip, "f")
+    return ip, text.partition(".")[2].rstrip("0")
+
+
+def _nonneg_number_alts(a: Decimal, a_excl: bool, b: Decimal | None, b_excl: bool) -> list[str]:
+    """Alternatives for non-negative decimals v (no exponent) with a <(=) v <(=) b."""
+    ai, af = _split_decimal(a)
+    lo_state: _FracState = ("gt" if a_excl else "ge", af)
+
+    def with_fraction(int_part: str, lo: _FracState, hi: _FracState) -> str | None:
+        empty_ok, frac = _frac_lang(lo, hi)
+        if frac is None:
+            return int_part if empty_ok else None
+        tail = f'"." {_group(frac)}'
+        return _seq(int_part, f"({tail})?" if empty_ok else tail)
+
+    any_fraction = '("." [0-9] dig15)?'
+    alts: list[str | None] = []
+    if b is None:
+        alts.append(with_fraction(f'"{ai}"', lo_state, _FREE))
+        alts += [_seq(_group(x), any_fraction) for x in _nonneg_int_alts(ai + 1, None)]
+    else:
+        bi, bf = _split_decimal(b)
+        hi_state: _FracState = ("lt" if b_excl else "le", bf)
+        if ai == bi:
+            alts.append(with_fraction(f'"{ai}"', lo_state, hi_state))
+        else:
+            alts.append(with_fraction(f'"{ai}"', lo_state, _FREE))
+            middle = _nonneg_int_alts(ai + 1, bi - 1)
+            if middle:
+                alts.append(_seq("(" + " | ".join(middle) + ")", any_fraction))
+            alts.append(with_fraction(f'"{bi}"', _FREE, hi_state))
+    return [x for x in alts if x is not None]
+
+
+def _number_range_alts(
+    lo: Decimal | None, lo_excl: bool, hi: Decimal | None, hi_excl: bool
+) -> list[str]:
+    alts: list[str] = []
+    if hi is None or hi > 0 or (hi == 0 and not hi_excl):
+        a, a_excl = (Decimal(0), False) if lo is None or lo < 0 else (lo, lo_excl)
+        alts += _nonneg_number_alts(a, a_excl, hi, hi_excl)
+    if lo is None or lo < 0:
+        # v < 0 is "-" followed by a magnitude m = -v > 0.
+        m_lo, m_lo_excl = (Decimal(0), True) if hi is None or hi >= 0 else (-hi, hi_excl)
+        m_hi, m_hi_excl = (None, False) if lo is None else (-lo, lo_excl)
+        magnitudes = _nonneg_number_alts(m_lo, m_lo_excl, m_hi, m_hi_excl)
+        alts += [_seq('"-"', _group(x)) for x in magnitudes]
+    return alts
+
+
+# --------------------------------------------------------------------------------------------
+# JSON values (for enum/const filtering).
+
+
+def _json_type_ok(value: Any, name: str) -> bool:
+    if name == "null":
+        return value is None
+    if name == "boolean":
+        return isinstance(value, bool)
+    if name == "string":
+        return isinstance(value, str)
+    if name == "array":
+        return isinstance(value, list)
+    if name == "object":
+        return isinstance(value, dict)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return name == "number" or isinstance(value, int) or float(value).is_integer()
+
+
+def _json_eq(a: Any, b: Any) -> bool:
+    """JSON equality: numbers by value (1 == 1.0) but booleans are not numbers."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_eq(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_eq(a[k], b[k]) for k in a)
+    return type(a) is type(b) and bool(a == b)
+
+
+# --------------------------------------------------------------------------------------------
+# Keywords.
+
+_IGNORED: Final = frozenset({
+    "title", "description", "examples", "default", "$schema", "$id", "$anchor", "$comment",
+    "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "$defs", "definitions", "deprecated",
+    "readOnly", "writeOnly", "contentEncoding", "contentMediaType", "contentSchema",
+})
+_SUPPORTED: Final = frozenset({
+    "type", "enum", "const", "properties", "required", "additionalProperties", "minProperties",
+    "maxProperties", "items", "prefixItems", "minItems", "maxItems", "uniqueItems", "minLength",
+    "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
+})
+_TYPES: Final = ("null", "boolean", "object", "array", "string", "number", "integer")
+_FAMILIES: Final[dict[str, frozenset[str]]] = {
+    "object": frozenset({"properties", "required", "additionalProperties", "minProperties",
+                         "maxProperties"}),
+    "array": frozenset({"items", "prefixItems", "minItems", "maxItems", "uniqueItems"}),
+    "string": frozenset({"minLength", "maxLength", "pattern"}),
+    "number": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                         "multipleOf"}),
+}
+_MIN_KEYWORDS: Final = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
+_MAX_KEYWORDS: Final = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
+
+
+def _trivial(schema: Any) -> bool:
+    """A subschema that accepts everything (true, or only annotations)."""
+    return schema is True or (isinstance(schema, dict) and all(k in _IGNORED for k in schema))
+
+
+def _and(a: Any, b: Any) -> Any:
+    """Conjunction of two subschemas, lazily (as allOf) unless one side is trivial."""
+    if a is False or b is False:
+        return False
+    if _trivial(a):
+        return b
+    if _trivial(b):
+        return a
+    return {"allOf": [a, b]}
+
+
+def _decimal(value: Any, path: str) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _err(path, "expected a number")
+    try:
+        d = Decimal(value) if isinstance(value, int) else Decimal(repr(value))
+    except InvalidOperation:  # pragma: no cover - repr of a float always parses
+        raise _err(path, "expected a finite number") from None
+    if not d.is_finite():
+        raise _err(path, "expected a finite number")
+    return d
+
+
+def _count(schema: Mapping[str, Any], key: str, path: str) -> int | None:
+    value = schema.get(key)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _err(_ptr(path, key), "expected a non-negative integer")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# The converter.
+
+
+class _Converter:
+    def __init__(
+        self, root: Any, *, max_rules: int, max_grammar_bytes: int, deadline_s: float
+    ) -> None:
+        self.root = root
+        self.max_rules = max_rules
+        self.max_bytes = max_grammar_bytes
+        self.deadline_s = deadline_s
+        self.deadline = time.monotonic() + deadline_s
+        self.rules: dict[str, str] = {}
+        self.by_body: dict[str, str] = {}
+        self.name_counter: dict[str, int] = {}
+        self.rule_count = 0
+        self.byte_count = 0
+        self.depth = 0
+        self.ref_rules: dict[str, str] = {}
+        # $refs entered since the last consumed token: meeting one again is left recursion.
+        self.no_progress: set[str] = set()
+        self.block_rules: dict[tuple[str, int], str] = {}
+        self.free_rules: dict[tuple[str, int], str] = {}
+        self.root_id = root.get("$id") if isinstance(root, dict) else None
+
+    # ---- budget ----------------------------------------------------------------------------
+
+    def tick(self, path: str) -> None:
+        if time.monotonic() > self.deadline:
+            raise _err(path, f"conversion exceeded the time budget of {self.deadline_s:g} s")
+
+    def charge(self, path: str, rules: int, nbytes: int) -> None:
+        self.rule_count += rules
+        self.byte_count += nbytes
+        if self.rule_count > self.max_rules:
+            raise _err(path, f"grammar exceeds the size budget of {self.max_rules} rules")
+        if self.byte_count > self.max_bytes:
+            raise _err(path, f"grammar exceeds the size budget of {self.max_bytes} bytes")
+
+    # ---- rules -----------------------------------------------------------------------------
+
+    def fresh(self, hint: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9]+", "-", hint).strip("-")[:48].strip("-") or "r"
+        name, n = base, self.name_counter.get(base, 1)
+        while name in self.rules or name in _BUILTINS:
+            n += 1
+            name = f"{base}-{n}"
+        self.name_counter[base] = n  # next time, start where this search ended
+        self.rules[name] = ""  # reserved until defined
+        return name
+
+    def define(self, name: str, body: str, path: str) -> None:
+        body = _strip_group(body)
+        self.charge(path, 1 + _llama_cost(body), len(name) + len(body) + 6)
+        self.rules[name] = body
+        self.by_body.setdefault(body, name)
+
+    def rule(self, hint: str, body: str, path: str) -> str:
+        """A symbol for ``body``: the body itself if it is one rule name, else a (shared) rule."""
+        body = _strip_group(body)
+        if _RULE_NAME_RE.fullmatch(body):
+            return body
+        if body in self.by_body:
+            return self.by_body[body]
+        name = self.fresh(hint)
+        self.define(name, body, path)
+        return name
+
+    def symbol(self, expr: str, hint: str, path: str) -> str:
+        return expr if _is_symbol(expr) else self.rule(hint, expr, path)
+
+    def builtin(self, name: str) -> str:
+        if name not in self.rules:
+            body, deps = _BUILTINS[name]
+            self.rules[name] = body
+            self.charge("#", 1 + _llama_cost(body), len(name) + len(body) + 6)
+            for dep in deps:
+                self.builtin(dep)
+        return name
+
+    @contextmanager
+    def progress(self) -> Iterator[None]:
+        """Children of an object/array come after a consumed ``{``/``[``: not left-recursive."""
+        saved = self.no_progress
+        self.no_progress = set()
+        try:
+            yield
+        finally:
+            self.no_progress = saved
+
+    # ---- repetition ------------------------------------------------------------------------
+
+    def repeat(self, sym: str, lo: int, hi: int | None, path: str) -> str:
+        """``sym`` repeated lo..hi times (hi None = unbounded); ``sym`` is one non-nullable symbol.
+
+        Small counts use ``{m,n}`` directly. Large ones are written in base 10: blocks of 10^k
+        copies for the mandatory part, and a digit-by-digit "at most r" construction for the
+        optional part, so the grammar grows with log(count) and llama.cpp never sees a
+        repetition count anywhere near its 2000 limit.
+        """
+        if (hi is not None and hi <= _DIRECT_REPEAT) or (hi is None and lo <= _DIRECT_REPEAT):
+            if hi == 0:
+                return ""
+            return sym if (lo, hi) == (1, 1) else sym + _rep_suffix(lo, hi)
+        base = sym if _RULE_NAME_RE.fullmatch(sym) else self.rule("rep", sym, path)
+        mandatory = self.mandatory(base, lo, path)
+        if hi is None:
+            return _seq(mandatory, f"{base}*")
+        return _seq(mandatory, self.at_most(base, hi - lo, path))
+
+    def block(self, base: str, k: int, path: str) -> str:
+        """A rule matching exactly 10^k copies of ``base``."""
+        if k == 0:
+            return base
+        key = (base, k)
+        if key not in self.block_rules:
+            name = self.fresh(f"{base}-x{10 ** k}")
+            self.define(name, f"{self.block(base, k - 1, path)}{{10}}", path)
+            self.block_rules[key] = name
+        return self.block_rules[key]
+
+    def free(self, base: str, k: int, path: str) -> str:
+        """Any count of ``base`` in 0 .. 10^k - 1 ("" for k == 0)."""
+        if k == 0:
+            return ""
+        key = (base, k)
+        if key not in self.free_rules:
+            name = self.fresh(f"{base}-lt{10 ** k}")
+            body = _seq(f"{self.block(base, k - 1, path)}{{0,9}}", self.free(base, k - 1, path))
+            self.define(name, body, path)
+            self.free_rules[key] = name
+        return self.free_rules[key]
+
+    def mandatory(self, base: str, count: int, path: str) -> str:
+        if count <= _DIRECT_REPEAT:
+            return "" if count == 0 else base if count == 1 else f"{base}{{{count}}}"
+        digits = str(count)
+        parts = []
+        for pos, ch in enumerate(digits):
+            d = int(ch)
+            if d:
+                blk = self.block(base, len(digits) - 1 - pos, path)
+                parts.append(blk if d == 1 else f"{blk}{{{d}}}")
+        return _seq(*parts)
+
+    def at_most(self, base: str, count: int, path: str) -> str:
+        if count <= _DIRECT_REPEAT:
+            return "" if count == 0 else f"{base}{_rep_suffix(0, count)}"
+        EMPTY = '""'
+        digits = str(count)
+        top = len(digits) - 1
+        expr = ""  # "at most the value of the digits below this position"
+        for k in range(top + 1):
+            d = int(digits[top - k])
+            if d == 0:
+                continue  # this digit of the count must be 0: nothing to emit
+            blk = self.block(base, k, path)
+            smaller = _seq(blk + _rep_suffix(0, d - 1) if d > 1 else "", self.free(base, k, path))
+            equal = _seq(blk if d == 1 else f"{blk}{{{d}}}", expr)
+            expr = f"({smaller or EMPTY} | {equal})"
+        return expr
+
+    # ---- schema access ---------------------------------------------------------------------
+
+    def resolve(self, ref: Any, path: str) -> tuple[Any, str]:
+        """Follow a local ``$ref``; returns the target and its pointer (used as its path)."""
+        if not isinstance(ref, str):
+            raise _err(path, "$ref must be a string")
+        target_ref = ref
+        if isinstance(self.root_id, str) and ref.startswith(self.root_id.split("#")[0] + "#"):
+            target_ref = ref[len(self.root_id.split("#")[0]) :]
+        if not target_ref.startswith("#"):
+            raise _err(path, f"only local references ('#/...') are supported, got {ref!r}")
+        fragment = urllib.parse.unquote(target_ref[1:])
+        if fragment and not fragment.startswith("/"):
+            raise _err(path, f"anchor references are not supported, got {ref!r}")
+        node: Any = self.root
+        pointer = "#"
+        for raw in fragment.split("/")[1:] if fragment else []:
+            token = raw.replace("~1", "/").replace("~0", "~")
+            pointer = _ptr(pointer, token)
+            if isinstance(node, dict) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                raise _err(path, f"cannot resolve $ref {ref!r}")
+        return node, pointer
+
+    def normalize(self, schema: Mapping[str, Any], path: str) -> dict[str, Any]:
+        """Keep the keywords that constrain, in one canonical form; reject what cannot be honoured.
+
+        Legacy forms are rewritten (``items: [..]`` -> ``prefixItems``, draft-4 boolean
+        ``exclusiveMinimum``) so the rest of the converter sees one dialect.
+        """
+        out: dict[str, Any] = {}
+        for key, value in schema.items():
+            kpath = _ptr(path, key)
+            if key in _SUPPORTED:
+                out[key] = value
+            elif key in ("patternProperties",):
+                if not isinstance(value, dict) or not all(_trivial(v) for v in value.values()):
+                    raise _err(kpath, "patternProperties is not supported")
+            elif key == "propertyNames":
+                if not _trivial(value):
+                    raise _err(kpath, "propertyNames is not supported")
+            elif key in ("dependentRequired", "dependentSchemas", "dependencies"):
+                if value not in ({}, None):
+                    raise _err(kpath, f"{key} is not supported")
+            elif key == "if":
+                if "then" in schema or "else" in schema:
+                    raise _err(kpath, "if/then/else is not supported")
+            elif key == "not":
+                raise _err(kpath, "'not' is not supported")
+            elif key == "contains":
+                if schema.get("minContains") != 0:
+                    raise _err(kpath, "contains is not supported")
+            elif key in ("$dynamicRef", "$recursiveRef"):
+                raise _err(kpath, f"{key} is not supported")
+            elif key in ("unevaluatedProperties", "unevaluatedItems"):
+                if _trivial(value):
+                    continue
+                if any(k in schema for k in ("allOf", "anyOf", "oneOf", "$ref")):
+                    raise _err(kpath, f"{key} next to allOf/anyOf/oneOf/$ref is not supported")
+                # Without composition, "unevaluated" is exactly "additional"; and when the
+                # additional keyword is present it evaluates everything, leaving nothing.
+                plain = "additionalProperties" if key == "unevaluatedProperties" else "items"
+                if plain not in schema:
+                    out[plain] = value
+            # Everything else (annotations, unknown keywords, then/else without if,
+            # minContains/maxContains without contains) does not constrain instances.
+        if isinstance(out.get("items"), list):
+            if "prefixItems" in out:
+                raise _err(_ptr(path, "items"), "items as a list together with prefixItems")
+            out["prefixItems"] = out.pop("items")
+            if "additionalItems" in schema:
+                out["items"] = schema["additionalItems"]
+        for bound, excl in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+            flag = out.get(excl)
+            if isinstance(flag, bool):  # draft 4: a flag on the plain bound
+                del out[excl]
+                if flag:
+                    if bound not in out:
+                        raise _err(_ptr(path, excl), f"boolean {excl} without {bound}")
+                    out[excl] = out.pop(bound)
+        if "type" in out:
+            types = out["type"] if isinstance(out["type"], list) else [out["type"]]
+            for i, t in enumerate(types):
+                if t not in _TYPES:
+                    tpath = _ptr(path, "type", i) if isinstance(out["type"], list) else _ptr(
+                        path, "type")
+                    raise _err(tpath, f"unknown type {t!r}")
+            if not types:
+                raise _unsat(_ptr(path, "type"), "empty type list matches nothing")
+        for key in ("anyOf", "oneOf", "allOf"):
+            if key in out and (not isinstance(out[key], list) or not out[key]):
+                raise _err(_ptr(path, key), "expected a non-empty array of schemas")
+        if "enum" in out and not isinstance(out["enum"], list):
+            raise _err(_ptr(path, "enum"), "expected an array")
+        return out
+
+    # ---- visiting --------------------------------------------------------------------------
+
+    def convert(self) -> str:
+        self.rules["root"] = ""
+        self.ref_rules["#"] = "root"
+        self.no_progress.add("#")
+        self.define("root", self.body(self.root, "#", "root"), "#")
+        lines = [f"root ::= {self.rules['root']}"]
+        lines += [f"{name} ::= {body}" for name, body in self.rules.items() if name != "root"]
+        return "\n".join(lines) + "\n"
+
+    def visit(self, schema: Any, path: str, hint: str) -> str:
+        """A single GBNF symbol for JSON values valid against ``schema`` (trailing ws included)."""
+        return self.rule(hint, self.body(schema, path, hint), path)
+
+    def body(self, schema: Any, path: str, hint: str) -> str:
+        self.tick(path)
+        self.depth += 1
+        try:
+            if self.depth > _MAX_DEPTH:
+                raise _err(path, f"schema nesting deeper than {_MAX_DEPTH} levels exceeds the "
+                                 "size budget")
+            return self.body_inner(schema, path, hint)
+        finally:
+            self.depth -= 1
+
+    def body_inner(self, schema: Any, path: str, hint: str) -> str:
+        if schema is True:
+            return self.builtin("value")
+        if schema is False:
+            raise _unsat(path, "the schema 'false' matches nothing")
+        if not isinstance(schema, dict):
+            raise _err(path, "a schema must be an object or a boolean, not "
+                             f"{type(schema).__name__}")
+        s = self.normalize(schema, path)
+        if "$ref" in s:
+            if len(s) == 1:
+                return self.ref(s["$ref"], _ptr(path, "$ref"))
+            # Since 2019-09, keywords next to $ref apply too: it is an allOf of both.
+            s = {"allOf": [{"$ref": s.pop("$ref")}, s]}
+        if "allOf" in s:
+            s = self.merge_all(s, path)
+        if "anyOf" in s or "oneOf" in s:
+            return self.alternatives(s, path, hint)
+        if "enum" in s or "const" in s:
+            return self.enum(s, path)
+        types = self.types(s, path)
+        if types is None:
+            return self.builtin("value")
+        bodies = [self.typed(t, s, path, hint if len(types) == 1 else f"{hint}-{t}")
+                  for t in types]
+        if len(bodies) == 1:
+            return bodies[0]
+        named = (self.rule(f"{hint}-{t}", b, path) for t, b in zip(types, bodies, strict=True))
+        return " | ".join(named)
+
+    def ref(self, ref: Any, path: str) -> str:
+        target, pointer = self.resolve(ref, path)
+        if pointer in self.no_progress:
+            raise _err(path, f"$ref {ref!r} refers back to itself without consuming input "
+                             "(left recursion)")
+        if pointer in self.ref_rules:
+            return self.ref_rules[pointer]
+        name = self.fresh("ref-" + pointer.rsplit("/", 1)[-1])
+        self.ref_rules[pointer] = name
+        self.no_progress.add(pointer)
+        try:
+            self.define(name, self.body(target, pointer, name), pointer)
+        finally:
+            self.no_progress.discard(pointer)
+        return name
+
+    def types(self, s: Mapping[str, Any], path: str) -> list[str] | None:
+        """The JSON types to generate, or None for "any value, unconstrained".
+
+        Without ``type``, the types whose keywords appear are generated: a subset of what the
+        schema allows (it allows every other type too), so every output stays valid.
+        """
+        if "type" in s:
+            raw = s["type"] if isinstance(s["type"], list) else [s["type"]]
+            types = list(dict.fromkeys(raw))
+        else:
+            fmt = s.get("format")
+            types = [fam for fam, kws in _FAMILIES.items() if any(k in s for k in kws)]
+            if fmt in _FORMATS and "string" not in types:
+                types.append("string")
+            if not types:
+                return None
+        if "number" in types and "integer" in types:
+            types.remove("integer")
+        mult = s.get("multipleOf")
+        if mult is not None and any(t in ("number", "integer") for t in types):
+            m = _decimal(mult, _ptr(path, "multipleOf"))
+            if m <= 0:
+                raise _err(_ptr(path, "multipleOf"), "must be greater than 0")
+            if m != 1:
+                raise _err(_ptr(path, "multipleOf"), "only multipleOf 1 is supported")
+            types = ["integer" if t == "number" else t for t in types]
+        return types
+
+    def typed(self, t: str, s: Mapping[str, Any], path: str, hint: str) -> str:
+        if t in ("null", "boolean"):
+            return self.builtin(t)
+        if t == "string":
+            return self.string(s, path, hint)
+        if t == "integer":
+            return self.integer(s, path)
+        if t == "number":
+            return self.number(s, path)
+        if t == "object":
+            return self.object(s, path, hint)
+        return self.array(s, path, hint)
+
+    # ---- composition -----------------------------------------------------------------------
+
+    def flatten(self, schema: Any, path: str, depth: int, out: list[tuple[dict[str, Any], str]]
+                ) -> None:
+        """Collect the keyword groups of an allOf tree, inlining $refs and nested allOfs."""
+        self.tick(path)
+        if depth > _MAX_DEPTH:
+            raise _err(path, "allOf/$ref nesting too deep (size budget exceeded)")
+        if schema is True:
+            return
+        if schema is False:
+            raise _unsat(path, "the schema 'false' matches nothing")
+        if not isinstance(schema, dict):
+            raise _err(path, "a schema must be an object or a boolean, not "
+                             f"{type(schema).__name__}")
+        rest = self.normalize(schema, path)
+        subs = rest.pop("allOf", [])
+        ref = rest.pop("$ref", None)
+        if rest:
+            out.append((rest, path))
+        if ref is not None:
+            target, pointer = self.resolve(ref, _ptr(path, "$ref"))
+            self.flatten(target, pointer, depth + 1, out)
+        for i, sub in enumerate(subs):
+            self.flatten(sub, _ptr(path, "allOf", i), depth + 1, out)
+
+    def merge_all(self, s: dict[str, Any], path: str) -> dict[str, Any]:
+        parts: list[tuple[dict[str, Any], str]] = []
+        self.flatten(s, path, 0, parts)
+        choices: list[list[Any]] = []
+        merged: dict[str, Any] = {}
+        for part, ppath in parts:
+            part = dict(part)
+            for key in ("anyOf", "oneOf"):
+                if key in part:
+                    choices.append(list(part.pop(key)))
+            merged = self.merge_two(merged, part, ppath)
+        if choices:
+            # (A|B) & (C|D) = AC | AD | BC | BD: distribute, within the size budget.
+            if math.prod(len(c) for c in choices) > self.max_rules:
+                raise _err(path, f"allOf of anyOf/oneOf expands beyond the size budget of "
+                                 f"{self.max_rules} rules")
+            merged["anyOf"] = [
+                combo[0] if len(combo) == 1 else {"allOf": list(combo)}
+                for combo in itertools.product(*choices)
+            ]
+        return merged
+
+    def merge_two(self, a: dict[str, Any], b: dict[str, Any], path: str) -> dict[str, Any]:
+        """Conjunction of two normalized keyword groups (no allOf/$ref/anyOf/oneOf in them)."""
+        self.tick(path)
+        out = dict(a)
+        b = dict(b)
+        for side in (out, b):
+            if "const" in side:
+                const = side.pop("const")
+                side["enum"] = [v for v in side.get("enum", [const]) if _json_eq(v, const)]
+        object_keys = ("properties", "additionalProperties")
+        if any(k in out for k in object_keys) and any(k in b for k in object_keys):
+            self.merge_objects(out, b, path)
+        array_keys = ("prefixItems", "items")
+        if any(k in out for k in array_keys) and any(k in b for k in array_keys):
+            self.merge_arrays(out, b, path)
+        for key, value in b.items():
+            kpath = _ptr(path, key)
+            if key not in out:
+                out[key] = value
+                continue
+            old = out[key]
+            if key == "type":
+                ta = set(old if isinstance(old, list) else [old])
+                tb = set(value if isinstance(value, list) else [value])
+                both = ta & tb
+                if ("number" in ta and "integer" in tb) or ("integer" in ta and "number" in tb):
+                    both.add("integer")
+                if not both:
+                    raise _unsat(kpath, "allOf requires incompatible types")
+                out[key] = [t for t in _TYPES if t in both]
+            elif key == "enum":
+                out[key] = [v for v in old if any(_json_eq(v, w) for w in value)]
+            elif key in _MIN_KEYWORDS:
+                out[key] = max(old, value, key=lambda v: _decimal(v, kpath))
+            elif key in _MAX_KEYWORDS:
+                out[key] = min(old, value, key=lambda v: _decimal(v, kpath))
+            elif key == "required":
+                out[key] = list(dict.fromkeys([*old, *value]))
+            elif key == "uniqueItems":
+                out[key] = bool(old) or bool(value)
+            elif key == "format" and (old not in _FORMATS or value not in _FORMATS):
+                out[key] = old if old in _FORMATS else value
+            elif key == "properties":
+                merged = dict(old)
+                for name, sub in value.items():
+                    merged[name] = _and(merged[name], sub) if name in merged else sub
+                out[key] = merged
+            elif not _json_eq(old, value):
+                raise _err(kpath, f"allOf combines two different {key!r} values, which is not "
+                                  "supported")
+        return out
+
+    @staticmethod
+    def merge_objects(a: dict[str, Any], b: dict[str, Any], path: str) -> None:
+        """Merge object keywords of ``b`` into ``a`` (both sides have properties/additional).
+
+        A property declared on one side only must also satisfy the other side's
+        additionalProperties; ``false`` there forbids it (kept as a ``false`` property so it is
+        never offered as an "additional" name either).
+        """
+        pa = a.get("properties", {})
+        pb = b.pop("properties", {})
+        if not isinstance(pa, dict) or not isinstance(pb, dict):
+            raise _err(_ptr(path, "properties"), "expected an object")
+        add_a = a.get("additionalProperties", True)
+        add_b = b.pop("additionalProperties", True)
+        merged = {}
+        for name in dict.fromkeys([*pa, *pb]):
+            merged[name] = _and(pa.get(name, add_a), pb.get(name, add_b))
+        a["properties"] = merged
+        add = _and(add_a, add_b)
+        if add is True:
+            a.pop("additionalProperties", None)
+        else:
+            a["additionalProperties"] = add
+
+    @staticmethod
+    def merge_arrays(a: dict[str, Any], b: dict[str, Any], path: str) -> None:
+        pa = a.get("prefixItems", [])
+        pb = b.pop("prefixItems", [])
+        if not isinstance(pa, list) or not isinstance(pb, list):
+            raise _err(_ptr(path, "prefixItems"), "expected an array")
+        ia = a.get("items", True)
+        ib = b.pop("items", True)
+        n = max(len(pa), len(pb))
+        if n:
+            a["prefixItems"] = [
+                _and(pa[i] if i < len(pa) else ia, pb[i] if i < len(pb) else ib) for i in range(n)
+            ]
+        items = _and(ia, ib)
+        if items is True:
+            a.pop("items", None)
+        else:
+            a["items"] = items
+
+    def alternatives(self, s: dict[str, Any], path: str, hint: str) -> str:
+        base = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf")}
+        options: list[tuple[Any, str]] = []
+        if "anyOf" in s and "oneOf" in s:
+            options = [({"allOf": [x, y]}, _ptr(path, "anyOf", i))
+                       for i, x in enumerate(s["anyOf"]) for y in s["oneOf"]]
+        else:
+            key = "anyOf" if "anyOf" in s else "oneOf"
+            options = [(x, _ptr(path, key, i)) for i, x in enumerate(s[key])]
+        symbols: list[str] = []
+        first_error: _Unsatisfiable | None = None
+        for i, (option, opath) in enumerate(options):
+            sub = {"allOf": [base, option]} if base else option
+            try:
+                symbols.append(self.visit(sub, opath, f"{hint}-{i}"))
+            except _Unsatisfiable as exc:  # an impossible branch just contributes nothing
+                first_error = first_error or exc
+        if not symbols:
+            assert first_error is not None
+            raise first_error
+        return " | ".join(dict.fromkeys(symbols))
+
+    # ---- enum / const ----------------------------------------------------------------------
+
+    def enum(self, s: dict[str, Any], path: str) -> str:
+        values: list[Any] = list(s["enum"]) if "enum" in s else [s["const"]]
+        if "enum" in s and "const" in s:
+            values = [v for v in values if _json_eq(v, s["const"])]
+        rest = {k: v for k, v in s.items() if k not in ("enum", "const")}
+        literals: dict[str, None] = {}
+        size = 0
+        ws = self.builtin("ws")
+        for i, value in enumerate(values):
+            if i % 64 == 0:
+                self.tick(path)
+            if rest and not self.instance_ok(value, rest, path, 0):
+                continue
+            try:
+                lit = _json_value_gbnf(value, ws)
+            except (TypeError, ValueError) as exc:
+                raise _err(path, f"enum/const value is not JSON: {exc}") from None
+            if lit not in literals:
+                literals[lit] = None
+                size += len(lit) + 3
+                if size > self.max_bytes:
+                    raise _err(path, f"grammar exceeds the size budget of {self.max_bytes} bytes")
+        if not literals:
+            raise _unsat(path, "no enum/const value satisfies the schema")
+        alts = list(literals)
+        return f"{alts[0]} {ws}" if len(alts) == 1 else f"({' | '.join(alts)}) {ws}"
+
+    def instance_ok(self, value: Any, schema: Any, path: str, depth: int) -> bool:
+        """Whether ``value`` is valid against ``schema`` (for filtering enum/const values)."""
+        if depth > _MAX_DEPTH:
+            raise _err(path, "schema nesting too deep (size budget exceeded)")
+        if schema is True or schema is False:
+            return schema
+        if not isinstance(schema, dict):
+            raise _err(path, "a schema must be an object or a boolean")
+        s = self.normalize(schema, path)
+        d = depth + 1
+        if "$ref" in s:
+            target, pointer = self.resolve(s["$ref"], _ptr(path, "$ref"))
+            if not self.instance_ok(value, target, pointer, d):
+                return False
+        if not all(self.instance_ok(value, x, path, d) for x in s.get("allOf", [])):
+            return False
+        if "anyOf" in s and not any(self.instance_ok(value, x, path, d) for x in s["anyOf"]):
+            return False
+        if "oneOf" in s and sum(self.instance_ok(value, x, path, d) for x in s["oneOf"]) != 1:
+            return False
+        if "enum" in s and not any(_json_eq(value, e) for e in s["enum"]):
+            return False
+        if "const" in s and not _json_eq(value, s["const"]):
+            return False
+        if "type" in s:
+            types = s["type"] if isinstance(s["type"], list) else [s["type"]]
+            if not any(_json_type_ok(value, t) for t in types):
+                return False
+        if _json_type_ok(value, "number"):
+            v = _decimal(value, path)
+            checks = (("minimum", v.__ge__), ("exclusiveMinimum", v.__gt__),
+                      ("maximum", v.__le__), ("exclusiveMaximum", v.__lt__))
+            for key, ok in checks:
+                if key in s and not ok(_decimal(s[key], _ptr(path, key))):
+                    return False
+            if "multipleOf" in s and v % _decimal(s["multipleOf"], _ptr(path, "multipleOf")):
+                return False
+        elif isinstance(value, str):
+            lo, hi = _count(s, "minLength", path), _count(s, "maxLength", path)
+            if (lo is not None and len(value) < lo) or (hi is not None and len(value) > hi):
+                return False
+            if "pattern" in s:
+                try:
+                    if re.search(s["pattern"], value) is None:
+                        return False
+                except (re.error, TypeError) as exc:
+                    raise _err(_ptr(path, "pattern"), f"invalid pattern: {exc}") from None
+        elif isinstance(value, list):
+            lo, hi = _count(s, "minItems", path), _count(s, "maxItems", path)
+            if (lo is not None and len(value) < lo) or (hi is not None and len(value) > hi):
+                return False
+            prefix = s.get("prefixItems", [])
+            for i, item in enumerate(value):
+                sub = prefix[i] if i < len(prefix) else s.get("items", True)
+                if not self.instance_ok(item, sub, path, d):
+                    return False
+            if s.get("uniqueItems") and any(
+                _json_eq(x, y) for i, x in enumerate(value) for y in value[i + 1 :]
+            ):
+                return False
+        elif isinstance(value, dict):
+            props = s.get("properties", {})
+            if any(k not in value for k in s.get("required", [])):
+                return False
+            lo, hi = _count(s, "minProperties", path), _count(s, "maxProperties", path)
+            if (lo is not None and len(value) < lo) or (hi is not None and len(value) > hi):
+                return False
+            for k, item in value.items():
+                sub = props[k] if k in props else s.get("additionalProperties", True)
+                if not self.instance_ok(item, sub, path, d):
+                    return False
+        return True
+
+    # ---- strings ---------------------------------------------------------------------------
+
+    def string(self, s: Mapping[str, Any], path: str, hint: str) -> str:
+        min_len = _count(s, "minLength", path) or 0
+        max_len = _count(s, "maxLength", path)
+        if max_len is not None and max_len < min_len:
+            raise _unsat(path, "maxLength is smaller than minLength")
+        pattern = s.get("pattern")
+        fmt = s.get("format")
+        ws = self.builtin("ws")
+        branches: list[_RNode] | None = None
+        if pattern is not None:
+            if not isinstance(pattern, str):
+                raise _err(_ptr(path, "pattern"), "expected a string")
+            ppath = _ptr(path, "pattern")
+            node = _RegexParser(pattern, ppath).parse()
+            branches = self.fit_branches(_re_branches(node, ppath), min_len, max_len, ppath)
+        elif fmt in _FORMATS:
+            node = _RegexParser(_FORMATS[fmt], _ptr(path, "format")).parse()
+            try:
+                branches = self.fit_branches(_re_branches(node, path), min_len, max_len, path)
+            except SchemaError:
+                branches = None  # format is an annotation: the length assertions win
+        if branches is None:
+            if min_len == 0 and max_len is None:
+                return self.builtin("string")
+            content = self.repeat(self.builtin("char"), min_len, max_len, path)
+        else:
+            exprs = [self.regex(b, f"{hint}-re", path) for b in branches]
+            content = exprs[0] if len(exprs) == 1 else "(" + " | ".join(exprs) + ")"
+        return _seq(r'"\""', content, r'"\""', ws)
+
+    @staticmethod
+    def fit_branches(branches: list[_RNode], min_len: int, max_len: int | None, path: str
+                     ) -> list[_RNode]:
+        if min_len == 0 and max_len is None:
+            return branches
+        fitted = []
+        for branch in branches:
+            try:
+                b = _re_fit_length(branch, min_len, max_len)
+            except ValueError as exc:
+                raise _err(path, f"cannot combine this pattern with minLength/maxLength ({exc})"
+                           ) from None
+            if b is not None:
+                fitted.append(b)
+        if not fitted:
+            raise _unsat(path, "no string matches both the pattern and the length limits")
+        return fitted
+
+    def regex(self, node: _RNode, hint: str, path: str) -> str:
+        """GBNF for the JSON-encoded text of the strings ``node`` matches."""
+        self.tick(path)
+        if isinstance(node, _RSet):
+            if len(node.chars) == 1 and node.chars[0][0] == node.chars[0][1]:
+                return _json_text_literal(chr(node.chars[0][0]))
+            expr = _json_char_expr(node.chars)
+            if expr is None:
+                raise _unsat(path, "character class matches nothing")
+            return expr
+        if isinstance(node, _RSeq):
+            parts: list[str] = []
+            text = ""
+            for child in node.items:
+                if isinstance(child, _RSet) and len(child.chars) == 1 and (
+                    child.chars[0][0] == child.chars[0][1]
+                ):
+                    text += chr(child.chars[0][0])  # runs of literal characters: one literal
+                    continue
+                if text:
+                    parts.append(_json_text_literal(text))
+                    text = ""
+                parts.append(_group(self.regex(child, hint, path)))
+            if text:
+                parts.append(_json_text_literal(text))
+            return _seq(*parts) or '""'
+        if isinstance(node, _RAlt):
+            return "(" + " | ".join(self.regex(o, hint, path) for o in node.options) + ")"
+        if isinstance(node, _RRep):
+            item: _RNode | None = node.item
+            lo, hi = node.lo, node.hi
+            if _re_nullable(node.item):
+                # X{m,n} == X'{0,n} for the non-empty part X' (pad with empty words).
+                item, lo = _re_nonempty(node.item), 0
+            if item is None or hi == 0:
+                return '""'
+            sym = self.symbol(self.regex(item, hint, path), hint, path)
+            return self.repeat(sym, lo, hi, path) or '""'
+        return '""'  # pragma: no cover - anchors are removed before conversion
+
+    # ---- numbers ---------------------------------------------------------------------------
+
+    def integer(self, s: Mapping[str, Any], path: str) -> str:
+        lo: int | None = None
+        hi: int | None = None
+        if "minimum" in s:
+            lo = math.ceil(_decimal(s["minimum"], _ptr(path, "minimum")))
+        if "exclusiveMinimum" in s:
+            v = math.floor(_decimal(s["exclusiveMinimum"], _ptr(path, "exclusiveMinimum"))) + 1
+            lo = v if lo is None else max(lo, v)
+        if "maximum" in s:
+            hi = math.floor(_decimal(s["maximum"], _ptr(path, "maximum")))
+        if "exclusiveMaximum" in s:
+            v = math.ceil(_decimal(s["exclusiveMaximum"], _ptr(path, "exclusiveMaximum"))) - 1
+            hi = v if hi is None else min(hi, v)
+        if lo is None and hi is None:
+            return self.builtin("integer")
+        if lo is not None and hi is not None and lo > hi:
+            raise _unsat(path, "no integer lies within the bounds")
+        alts = _int_range_alts(lo, hi)
+        return f"({' | '.join(alts)}) {self.builtin('ws')}"
+
+    def number(self, s: Mapping[str, Any], path: str) -> str:
+        lo: Decimal | None = None
+        lo_excl = False
+        hi: Decimal | None = None
+        hi_excl = False
+        for key, excl in (("minimum", False), ("exclusiveMinimum", True)):
+            if key in s:
+                v = _decimal(s[key], _ptr(path, key))
+                if lo is None or v > lo or (v == lo and excl):
+                    lo, lo_excl = v, excl
+        for key, excl in (("maximum", False), ("exclusiveMaximum", True)):
+            if key in s:
+                v = _decimal(s[key], _ptr(path, key))
+                if hi is None or v < hi or (v == hi and excl):
+                    hi, hi_excl = v, excl
+        if lo is None and hi is None:
+            return self.builtin("number")
+        if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_excl or hi_excl))):
+            raise _unsat(path, "no number lies within the bounds")
+        self.builtin("dig15")
+        alts = _number_range_alts(lo, lo_excl, hi, hi_excl)
+        return f"({' | '.join(alts)}) {self.builtin('ws')}"
+
+    # ---- objects ---------------------------------------------------------------------------
+
+    def object(self, s: Mapping[str, Any], path: str, hint: str) -> str:
+        props = s.get("properties", {})
+        if not isinstance(props, dict):
+            raise _err(_ptr(path, "properties"), "expected an object")
+        required = s.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
+            raise _err(_ptr(path, "required"), "expected an array of strings")
+        required_set = set(required)
+        explicit_extra = "additionalProperties" in s
+        extra: Any = s.get("additionalProperties", True)
+        entries: list[tuple[str, Any, str]] = [
+            (k, v, _ptr(path, "properties", k)) for k, v in props.items()
+        ]
+        for k in dict.fromkeys(required):
+            if k not in props:  # required but only allowed through additionalProperties
+                if extra is False:
+                    raise _unsat(_ptr(path, "required"),
+                                 f"required property {k!r} is forbidden by additionalProperties")
+                entries.append((k, extra, _ptr(path, "additionalProperties")))
+        for k, v, kpath in entries:
+            if v is False and k in required_set:
+                raise _unsat(kpath, f"required property {k!r} can have no valid value")
+        declared = [k for k, _, _ in entries]
+        live = [(k, v, p) for k, v, p in entries if v is not False]
+        n_required = sum(1 for k, _, _ in live if k in required_set)
+        min_props = _count(s, "minProperties", path)
+        max_props = _count(s, "maxProperties", path)
+        if max_props is not None and not explicit_extra:
+            extra = False  # implicit extras cannot be counted: offer none (stricter, still valid)
+        if not explicit_extra and sum(len(k) for k in declared) > _IMPLICIT_EXTRA_KEYS_MAX_CHARS:
+            extra = False
+        if min_props is not None and min_props > max(n_required, 1):
+            raise _err(_ptr(path, "minProperties"),
+                       "minProperties above the number of required properties is not supported")
+        # minProperties 1 without required properties: the member list must not be empty.
+        non_empty = min_props is not None and min_props >= 1
+        if max_props is not None:
+            if max_props < n_required:
+                raise _unsat(_ptr(path, "maxProperties"), "fewer than the required properties")
+            if extra is not False or len(live) > max_props:
+                raise _err(_ptr(path, "maxProperties"),
+                           "maxProperties below the number of possible properties is not "
+                           "supported")
+        ws = self.builtin("ws")
+        kvs: list[tuple[str, bool]] = []
+        with self.progress():
+            for k, v, kpath in live:
+                value = self.visit(v, kpath, f"{hint}-{k}")
+                key_lit = _gbnf_literal(json.dumps(k, ensure_ascii=False))
+                kv = self.rule(f"{hint}-{k}-kv", f'{key_lit} {ws} ":" {ws} {value}', kpath)
+                kvs.append((kv, k in required_set))
+            extra_kv = extra_next = None
+            if extra is not False:
+                epath = _ptr(path, "additionalProperties")
+                key = self.not_keys(declared, f"{hint}-key", epath)
+                value = self.visit(extra, epath, f"{hint}-additional")
+                extra_kv = self.rule(f"{hint}-additional-kv", f'{key} ":" {ws} {value}', epath)
+                extra_next = self.rule(f"{hint}-additional-next", f'"," {ws} {extra_kv}', epath)
+        extra_tail = f"{extra_next}*" if extra_next else ""
+
+        def item(i: int) -> str:
+            kv, req = kvs[i]
+            return f'"," {ws} {kv}' if req else f'("," {ws} {kv})?'
+
+        # The first member written has no comma. With optional members, "the first one written"
+        # can be any of them up to (and including) the first required one: one alternative each,
+        # followed by a shared tail rule for the rest -- linear in the number of properties.
+        n = len(kvs)
+        first_req = next((i for i, (_, req) in enumerate(kvs) if req), None)
+        last_head = n - 1 if first_req is None else first_req
+        heads: list[str] = []
+        if n:
+            tails: dict[int, str] = {}
+            tail = _seq(*(item(i) for i in range(last_head + 1, n)), extra_tail)
+            # Referenced twice (by the last head and the previous tail) only if last_head > 0.
+            tails[last_head + 1] = self.rule(f"{hint}-tail", tail, path) if (
+                tail and last_head > 0) else tail
+            for i in range(last_head, 0, -1):
+                tails[i] = self.rule(f"{hint}-tail", _seq(item(i), tails[i + 1]), path)
+            heads = [_seq(kvs[j][0], tails[j + 1]) for j in range(last_head + 1)]
+        if first_req is None and extra_kv:
+            heads.append(_seq(extra_kv, extra_tail))
+        if not heads:
+            if non_empty:
+                raise _unsat(_ptr(path, "minProperties"), "no property is allowed")
+            return f'"{{" {ws} "}}" {ws}'
+        head = heads[0] if len(heads) == 1 else self.rule(f"{hint}-members", " | ".join(heads),
+                                                            path)
+        if first_req is None and not non_empty:
+            head = f"({head})?" if " " in head else f"{head}?"
+        return f'"{{" {ws} {head} "}}" {ws}'
+
+    def not_keys(self, names: Sequence[str], hint: str, path: str) -> str:
+        """A JSON string (with ws) that is none of ``names``, written without escapes.
+
+        A trie over the names: at each node the next character may leave the trie (then anything
+        may follow), follow an edge, or end the string unless the node spells a declared name.
+        """
+        if not names:
+            return self.builtin("string")
+        rest = self.builtin("key-rest")
+        ws = self.builtin("ws")
+        trie: dict[str, Any] = {}
+        for name in names:
+            if any(c in '"\\' or ord(c) < 0x20 for c in name):
+                continue  # cannot be spelled with raw characters anyway
+            node = trie
+            for c in name:
+                node = node.setdefault(c, {})
+            node[""] = {}  # end marker
+
+        def build(node: dict[str, Any]) -> str:
+            self.tick(path)
+            children = sorted(c for c in node if c)
+            leave = _iv_intersect(
+                _iv_complement(_iv([(ord(c), ord(c)) for c in children])),
+                _iv_complement(_JSON_SPECIAL),
+            )
+            alts = [f"{_class_expr(leave)} {rest}"] if leave else []
+            alts += [f"{_gbnf_literal(c)} {build(node[c])}" for c in children]
+            if "" not in node:
+                alts.append(f'"\\"" {ws}')
+            return self.rule(hint, " | ".join(alts), path)
+
+        return self.rule(hint, f'"\\"" {build(trie)}', path)
+
+    # ---- arrays ----------------------------------------------------------------------------
+
+    def array(self, s: Mapping[str, Any], path: str, hint: str) -> str:
+        prefix = s.get("prefixItems", [])
+        if not isinstance(prefix, list):
+            raise _err(_ptr(path, "prefixItems"), "expected an array")
+        items: Any = s.get("items", True)
+        min_items = _count(s, "minItems", path) or 0
+        max_items = _count(s, "maxItems", path)
+        for i, p in enumerate(prefix):
+            if p is False:  # no valid value at position i: the array ends before it
+                prefix = prefix[:i]
+                max_items = i if max_items is None else min(max_items, i)
+                break
+        k = len(prefix)
+        if items is False:
+            max_items = k if max_items is None else min(max_items, k)
+        if max_items is not None and min_items > max_items:
+            raise _unsat(path, "no array length satisfies the item count limits")
+        if s.get("uniqueItems") is True and (max_items is None or max_items > 1):
+            raise _err(_ptr(path, "uniqueItems"), "uniqueItems is not supported")
+        ws = self.builtin("ws")
+        if max_items == 0:
+            return f'"[" {ws} "]" {ws}'
+        with self.progress():
+            syms = [self.visit(p, _ptr(path, "prefixItems", i), f"{hint}-{i}")
+                    for i, p in enumerate(prefix)]
+            item_sym = None
+            if max_items is None or max_items > k:
+                item_sym = self.visit(items, _ptr(path, "items"), f"{hint}-item")
+
+        def following(i: int) -> str:
+            """Elements from index i on (i elements already written), each after a comma."""
+            if max_items is not None and i >= max_items:
+                return ""
+            if i >= k:
+                if item_sym is None:
+                    return ""
+                nxt = self.rule(f"{hint}-next", f'"," {ws} {item_sym}', path)
+                hi = None if max_items is None else max_items - i
+                return self.repeat(nxt, max(0, min_items - i), hi, path)
+            inner = _seq(f'"," {ws}', syms[i], following(i + 1))
+            return inner if i < min_items else f"({inner})?"
+
+        if k:
+            content = _seq(syms[0], following(1))
+        else:
+            assert item_sym is not None
+            content = _seq(item_sym, following(1))
+        if min_items == 0:
+            content = f"({content})?" if " " in content else f"{content}?"
+        return f'"[" {ws} {content} "]" {ws}'
+
+
+def schema_to_grammar(
+    schema: dict[str, Any] | bool,
+    *,
+    max_rules: int = 5000,
+    max_grammar_bytes: int = 1_000_000,
+    deadline_s: float = 2.0,
+) -> str:
+    """Convert ``schema`` to GBNF text whose ``root`` rule matches exactly-valid JSON (a subset).
+
+    ``max_rules`` bounds the rules llama.cpp will build (after expanding repetitions),
+    ``max_grammar_bytes`` the text size and ``deadline_s`` the conversion time; exceeding any of
+    them raises :class:`SchemaError` saying so.
+    """
+    converter = _Converter(schema, max_rules=max_rules, max_grammar_bytes=max_grammar_bytes,
+                           deadline_s=deadline_s)
+    try:
+        return converter.convert()
+    except RecursionError:
+        raise SchemaError("#: schema is nested too deeply (size budget exceeded)") from None
+
+
+def json_grammar() -> str:
+    """GBNF for any JSON object (``response_format: {"type": "json_object"}``)."""
+    return JSON_OBJECT_GRAMMAR
+
+
+JSON_OBJECT_GRAMMAR: Final[str] = schema_to_grammar({"type": "object"})
