@@ -93,6 +93,21 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(("--embedding", "--embeddings"), "embedding", kind="flag", env="LLAMA_ARG_EMBEDDINGS"),
     Opt(("--rerank", "--reranking"), "reranking", kind="flag", env="LLAMA_ARG_RERANKING"),
     Opt(("--pooling",), "pooling", env="LLAMA_ARG_POOLING"),
+    Opt(("--ssl-key-file",), "ssl_key_file", env="LLAMA_ARG_SSL_KEY_FILE"),
+    Opt(("--ssl-cert-file",), "ssl_cert_file", env="LLAMA_ARG_SSL_CERT_FILE"),
+    Opt(("--cors-origins",), "cors_origins", env="LLAMA_ARG_CORS_ORIGINS"),
+    Opt(("--cors-credentials",), "cors_credentials", kind="pair", neg=("--no-cors-credentials",),
+        env="LLAMA_ARG_CORS_CREDENTIALS"),
+    Opt(("--body-limit",), "body_limit_mib", type=int, env="LLAMA_ARG_BODY_LIMIT",
+        help="largest request body in MiB (default: 32); larger ones get 413"),
+    Opt(("--log-file",), "log_file", env="LLAMA_ARG_LOG_FILE"),
+    Opt(("--log-timestamps",), "log_timestamps", kind="pair", neg=("--no-log-timestamps",),
+        env="LLAMA_ARG_LOG_TIMESTAMPS"),
+    Opt(("--log-colors",), "log_colors", env="LLAMA_ARG_LOG_COLORS"),
+    Opt(("--log-disable",), "log_disable", kind="flag"),
+    Opt(("--path",), "static_path", env="LLAMA_ARG_STATIC_PATH"),
+    Opt(("--webui-config", "--ui-config"), "webui_config", env="LLAMA_ARG_UI_CONFIG"),
+    Opt(("--webui-config-file", "--ui-config-file"), "webui_config_file", env="LLAMA_ARG_UI_CONFIG_FILE"),
     Opt(("--webui", "--ui"), "webui", kind="pair", neg=("--no-webui", "--no-ui"), env="LLAMA_ARG_UI"),
     # sampling defaults
     Opt(("--temp", "--temperature"), "temperature", type=float, env="LLAMA_ARG_TEMPERATURE"),
@@ -214,6 +229,10 @@ def config_from_args(argv: Sequence[str], environ: dict[str, str] | None = None)
                 keys += [line.strip() for line in fh if line.strip()]
         except OSError as exc:
             raise ConfigError(f"cannot read --api-key-file: {exc}") from exc
+    if "cors_origins" in values:
+        values["cors_origins"] = tuple(o.strip() for o in values["cors_origins"].split(",") if o.strip())
+    if "log_file" not in values and environ.get("LLAMA_LOG_FILE"):
+        values["log_file"] = environ["LLAMA_LOG_FILE"]
     if "alias" in values:
         values["alias"] = tuple(a.strip() for a in values["alias"].split(",") if a.strip())
     if "model" not in values:

@@ -64,10 +64,22 @@ class ServerConfig:
     endpoint_metrics: bool = False
     endpoint_props: bool = False
     api_keys: tuple[str, ...] = ()
+    ssl_key_file: str | None = None
+    ssl_cert_file: str | None = None
+    cors_origins: tuple[str, ...] = ("*",)
+    cors_credentials: bool | None = None  # None: only when origins are listed explicitly
+    body_limit_mib: int = 32
+    log_file: str | None = None
+    log_timestamps: bool = True
+    log_colors: str = "auto"
+    log_disable: bool = False
     embedding: bool = False
     reranking: bool = False
     pooling: str = "unspecified"
     webui: bool = True
+    static_path: str | None = None  # --path: serve these files at / instead of the web UI
+    webui_config: str | None = None  # JSON object of UI defaults, exposed as /props ui_settings
+    webui_config_file: str | None = None
 
     @property
     def effective_parallel(self) -> int:
@@ -109,5 +121,14 @@ class ServerConfig:
         for name in self.sampling.samplers:
             if name not in DEFAULT_SAMPLERS:
                 raise ConfigError(f"unknown sampler '{name}'")
+        if self.static_path and not os.path.isdir(self.static_path):
+            raise ConfigError(f"--path: not a directory: {self.static_path}")
+        if self.body_limit_mib < 1:
+            raise ConfigError("--body-limit must be at least 1 MiB")
+        for flag, path in (("--ssl-key-file", self.ssl_key_file), ("--ssl-cert-file", self.ssl_cert_file)):
+            if path and not os.path.isfile(path):
+                raise ConfigError(f"{flag}: file not found: {path}")
+        if bool(self.ssl_key_file) != bool(self.ssl_cert_file):
+            raise ConfigError("--ssl-key-file and --ssl-cert-file go together")
         if self.chat_template_file and not os.path.isfile(self.chat_template_file):
             raise ConfigError(f"chat template file not found: {self.chat_template_file}")

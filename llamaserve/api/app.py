@@ -12,11 +12,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llamaserve.api.errors import APIError, validation_message
+from llamaserve.api.metrics import LlamaCollector, render_metrics
+from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware
 from llamaserve.api.sse import ClientGone, data_event, sse_response, until_disconnect
 from llamaserve.engine.types import Finished, TextDelta
 from llamaserve.protocol.native import (
@@ -43,8 +46,9 @@ class JSONUTF8Response(JSONResponse):
         return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-async def read_json(request: Request, model: type[M], limit: int = DEFAULT_BODY_LIMIT) -> M:
+async def read_json(request: Request, model: type[M]) -> M:
     """The body as `model`; every way it can be wrong is a 4xx naming the problem."""
+    limit = getattr(request.app.state, "body_limit", DEFAULT_BODY_LIMIT)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise APIError(f"request body too large (limit is {limit} bytes)", "request_too_large", status=413)
@@ -90,6 +94,7 @@ async def stream_events(request: Request, events: AsyncIterator[Tagged],
     too long, bad parameters found by the engine) gets a proper 4xx instead
     of a 200 stream holding an error. Later failures are sent in-stream.
     """
+    events = _recording(request, events)
     try:
         first = await until_disconnect(request, events.__anext__())
     except StopAsyncIteration:
@@ -107,9 +112,35 @@ async def stream_events(request: Request, events: AsyncIterator[Tagged],
     return sse_response(body())
 
 
+async def _recording(request: Request, events: AsyncIterator[Tagged]) -> AsyncIterator[Tagged]:
+    """Passes events through, noting token counts for the access log."""
+    async for index, event in events:
+        if isinstance(event, Finished):
+            request.state.tokens = (event.n_prompt_tokens, event.n_cached, event.n_predicted)
+        yield index, event
+
+
+def _with_usage(request: Request, body: dict[str, Any]) -> Response:
+    usage = body.get("usage") or {}
+    request.state.tokens = (usage.get("prompt_tokens", 0), (usage.get("prompt_tokens_details") or {}).get(
+        "cached_tokens", 0), usage.get("completion_tokens", 0))
+    return JSONUTF8Response(body)
+
+
 def create_app(state: ServerState) -> FastAPI:
+    config = state.config
     app = FastAPI(title="llamaserve", version="0.1.0", docs_url=None, redoc_url=None)
     app.state.server = state
+    app.state.body_limit = config.body_limit_mib * 1024 * 1024
+    # Outermost first: the access log sees every answer, CORS answers preflights
+    # before the key check, and the key check guards everything else.
+    app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
+    credentials = config.cors_credentials if config.cors_credentials is not None else "*" not in config.cors_origins
+    app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
+                       allow_credentials=credentials and "*" not in config.cors_origins,
+                       allow_methods=["GET", "POST", "DELETE", "OPTIONS"], allow_headers=["*"])
+    app.add_middleware(AccessLogMiddleware)
+    collector = LlamaCollector(state)
 
     def runtime() -> ModelRuntime:
         if state.runtime is None:
@@ -172,6 +203,15 @@ def create_app(state: ServerState) -> FastAPI:
             raise APIError("no slot available", "unavailable_error")
         return JSONUTF8Response(info.slots(rt))
 
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        runtime()
+        if not config.endpoint_metrics:
+            raise APIError("This server does not support metrics endpoint. Start it with `--metrics`",
+                           "not_supported_error")
+        return Response(render_metrics(state, collector), media_type="text/plain; version=0.0.4",
+                        headers={"Process-Start-Time-Unix": str(int(state.started))})
+
     # ------------------------------------------------------------- tokens
     @app.post("/tokenize")
     async def tokenize(request: Request) -> Response:
@@ -221,6 +261,8 @@ def create_app(state: ServerState) -> FastAPI:
             return await stream_events(
                 request, events, lambda ev: completion.native_stream(rt, req, job, prompt, ev))
         body = await until_disconnect(request, completion.native_complete(rt, req, jobs))
+        first = body if isinstance(body, dict) else body[0]
+        request.state.tokens = (first["tokens_evaluated"], first["timings"]["cache_n"], first["tokens_predicted"])
         return JSONUTF8Response(body)
 
     @app.post("/v1/completions")
@@ -233,7 +275,7 @@ def create_app(state: ServerState) -> FastAPI:
                 raise APIError("streaming supports a single prompt")
             events = generate.stream(rt.engine, groups[0])
             return await stream_events(request, events, lambda ev: completion.oai_stream(rt, req, groups[0], ev))
-        return JSONUTF8Response(await until_disconnect(request, completion.oai_complete(rt, groups)))
+        return _with_usage(request, await until_disconnect(request, completion.oai_complete(rt, groups)))
 
     @app.post("/v1/chat/completions")
     @app.post("/chat/completions")
@@ -244,6 +286,14 @@ def create_app(state: ServerState) -> FastAPI:
         if req.stream:
             events = generate.stream(rt.engine, jobs)
             return await stream_events(request, events, lambda ev: chat.chat_stream(rt, req, jobs, ev))
-        return JSONUTF8Response(await until_disconnect(request, chat.chat_complete(rt, jobs)))
+        return _with_usage(request, await until_disconnect(request, chat.chat_complete(rt, jobs)))
 
+    if config.static_path:
+        from starlette.staticfiles import StaticFiles
+
+        app.mount("/", StaticFiles(directory=config.static_path, html=True), name="static")
+    elif config.webui:
+        from llamaserve.webui import static_files
+
+        app.mount("/", static_files(), name="webui")
     return app

@@ -21,10 +21,39 @@ from llamaserve.serving.runtime import ServerState, load_runtime
 log = logging.getLogger("llamaserve")
 
 
+_LEVELS = {0: logging.CRITICAL, 1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO}
+
+
+class _ColorFormatter(logging.Formatter):
+    COLORS = {logging.ERROR: "\033[31m", logging.WARNING: "\033[33m", logging.DEBUG: "\033[90m"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        color = self.COLORS.get(record.levelno)
+        return f"{color}{text}\033[0m" if color else text
+
+
 def setup_logging(config: ServerConfig) -> None:
-    level = logging.DEBUG if config.log_verbosity > 3 else logging.INFO
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
+    """-lv/-v pick the level; --log-file, --log-timestamps, --log-colors, --log-disable shape it."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    if config.log_disable:
+        root.addHandler(logging.NullHandler())
+        root.setLevel(logging.CRITICAL + 1)
+        route_llama_logs(verbose=False)
+        return
+    level = _LEVELS.get(config.log_verbosity, logging.DEBUG)
+    fmt = ("%(asctime)s " if config.log_timestamps else "") + "%(levelname).1s %(name)s: %(message)s"
+    stream_handler = logging.StreamHandler(sys.stderr)
+    colors = config.log_colors == "on" or (config.log_colors == "auto" and sys.stderr.isatty())
+    stream_handler.setFormatter(_ColorFormatter(fmt) if colors else logging.Formatter(fmt))
+    root.addHandler(stream_handler)
+    if config.log_file:
+        file_handler = logging.FileHandler(config.log_file, encoding="utf-8")
+        file_handler.setFormatter(logging.Formatter(fmt))
+        root.addHandler(file_handler)
+    root.setLevel(level)
     route_llama_logs(verbose=config.log_verbosity > 3)
 
 
@@ -33,7 +62,8 @@ def serve(config: ServerConfig) -> int:
     state = ServerState(config)
     app = create_app(state)
     uv_config = uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
-                               access_log=False, timeout_keep_alive=max(5, min(config.timeout, 600)))
+                               access_log=False, timeout_keep_alive=max(5, min(config.timeout, 600)),
+                               ssl_keyfile=config.ssl_key_file, ssl_certfile=config.ssl_cert_file)
     server = uvicorn.Server(uv_config)
     exit_code = 0
 

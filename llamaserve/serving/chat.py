@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from llamaserve.api.errors import APIError
@@ -83,25 +84,52 @@ async def chat_complete(rt: ModelRuntime, jobs: list[GenerationRequest]) -> dict
     return body
 
 
-async def chat_stream(rt: ModelRuntime, req: ChatCompletionRequest, jobs: list[GenerationRequest],
-                      events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[bytes]:
-    envelope = _envelope(rt, "chat.completion.chunk")
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+@dataclass
+class ChatChunk:
+    """One step of a streamed chat answer, in OpenAI's delta vocabulary.
+
+    delta keys: role, content, reasoning_content, tool_calls (OpenAI's shape).
+    The final chunk of a choice has finish_reason and timings; after all
+    choices finish, one chunk with usage and index -1 closes the stream.
+    Other API families (Anthropic Messages, Responses) re-shape these.
+    """
+
+    index: int
+    delta: dict[str, Any] = field(default_factory=dict)
+    logprobs: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    timings: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+
+
+async def chat_chunks(rt: ModelRuntime, jobs: list[GenerationRequest],
+                      events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[ChatChunk]:
     for i in range(len(jobs)):
-        yield data_event({**envelope, "choices": [
-            {"index": i, "delta": {"role": "assistant", "content": None}, "logprobs": None, "finish_reason": None}]})
+        yield ChatChunk(i, {"role": "assistant", "content": None})
     finished: dict[int, Finished] = {}
     async for index, event in events:
         if isinstance(event, TextDelta):
             if event.text or event.logprobs:
-                yield data_event({**envelope, "choices": [
-                    {"index": index, "delta": {"content": event.text},
-                     "logprobs": _logprobs(rt, jobs[index], event.logprobs), "finish_reason": None}]})
+                yield ChatChunk(index, {"content": event.text}, _logprobs(rt, jobs[index], event.logprobs))
         else:
             finished[index] = event
-            yield data_event({**envelope, "choices": [
-                {"index": index, "delta": {}, "logprobs": None, "finish_reason": generate.finish_reason(event)}],
-                "timings": event.timings.to_json()})
-    if include_usage and finished:
-        yield data_event({**envelope, "choices": [], "usage": generate.usage([finished[i] for i in sorted(finished)])})
+            yield ChatChunk(index, {}, None, generate.finish_reason(event), event.timings.to_json())
+    if finished:
+        yield ChatChunk(-1, usage=generate.usage([finished[i] for i in sorted(finished)]))
+
+
+async def chat_stream(rt: ModelRuntime, req: ChatCompletionRequest, jobs: list[GenerationRequest],
+                      events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[bytes]:
+    envelope = _envelope(rt, "chat.completion.chunk")
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    async for chunk in chat_chunks(rt, jobs, events):
+        if chunk.index < 0:
+            if include_usage:
+                yield data_event({**envelope, "choices": [], "usage": chunk.usage})
+            continue
+        body = {**envelope, "choices": [{"index": chunk.index, "delta": chunk.delta, "logprobs": chunk.logprobs,
+                                         "finish_reason": chunk.finish_reason}]}
+        if chunk.timings is not None:
+            body["timings"] = chunk.timings
+        yield data_event(body)
     yield DONE

@@ -13,6 +13,7 @@ from llamaserve.api.errors import APIError
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.types import Failed, Finished, GenerationRequest, TextDelta
 from llamaserve.llama.logprobs import TokenLogprob
+from llamaserve.serving.latency import RequestClock
 
 
 @dataclass
@@ -36,8 +37,10 @@ async def complete(engine: EngineClient, jobs: list[GenerationRequest]) -> list[
     """Run the n choices of one prompt to the end."""
     parts: list[list[str]] = [[] for _ in jobs]
     out = [Completion() for _ in jobs]
+    clock = RequestClock()
     async for index, event in engine.generate_choices(jobs):
         if isinstance(event, TextDelta):
+            clock.tokens(len(event.tokens))
             parts[index].append(event.text)
             out[index].tokens += event.tokens
             out[index].logprobs += event.logprobs
@@ -46,15 +49,22 @@ async def complete(engine: EngineClient, jobs: list[GenerationRequest]) -> list[
             out[index].text = "".join(parts[index])
         else:
             raise failure(event)
+    clock.done()
     return out
 
 
 async def stream(engine: EngineClient, jobs: list[GenerationRequest]) -> AsyncIterator[tuple[int, TextDelta | Finished]]:
     """(choice index, event) pairs; a failure raises APIError (before or mid-stream)."""
-    async for index, event in engine.generate_choices(jobs):
-        if isinstance(event, Failed):
-            raise failure(event)
-        yield index, event
+    clock = RequestClock()
+    try:
+        async for index, event in engine.generate_choices(jobs):
+            if isinstance(event, Failed):
+                raise failure(event)
+            if isinstance(event, TextDelta):
+                clock.tokens(len(event.tokens))
+            yield index, event
+    finally:
+        clock.done()
 
 
 def finish_reason(finished: Finished) -> str:

@@ -39,7 +39,7 @@ def props(rt: ModelRuntime) -> dict[str, Any]:
         "endpoint_props": cfg.endpoint_props,
         "endpoint_metrics": cfg.endpoint_metrics,
         "ui": cfg.webui,
-        "ui_settings": {},
+        "ui_settings": rt.ui_settings,
         "chat_template": rt.template_source,
         "chat_template_caps": {},
         "bos_token": rt.model.token_text(rt.model.bos) if rt.model.bos >= 0 else "",

@@ -39,6 +39,7 @@ class ModelRuntime:
     info: ModelInfo
     created: int = field(default_factory=lambda: int(time.time()))
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    ui_settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_ctx_slot(self) -> int:
@@ -62,6 +63,30 @@ def _template_source(config: ServerConfig, model: Model) -> str:
         # A built-in name llama-server knows that we ship, or inline Jinja.
         return CHATML_TEMPLATE if config.chat_template.strip() == "chatml" else config.chat_template
     return model.chat_template() or CHATML_TEMPLATE
+
+
+def _json_object(text: str, flag: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{flag} is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag} must be a JSON object")
+    return value
+
+
+def _ui_settings(config: ServerConfig) -> dict[str, Any]:
+    """Web UI defaults: the file's settings, then --webui-config on top."""
+    settings: dict[str, Any] = {}
+    if config.webui_config_file:
+        try:
+            with open(config.webui_config_file, encoding="utf-8") as fh:
+                settings.update(_json_object(fh.read(), "--webui-config-file"))
+        except OSError as exc:
+            raise ConfigError(f"--webui-config-file: {exc}") from exc
+    if config.webui_config:
+        settings.update(_json_object(config.webui_config, "--webui-config"))
+    return settings
 
 
 def load_runtime(config: ServerConfig) -> ModelRuntime:
@@ -94,18 +119,14 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
         raise ConfigError(f"the chat template does not compile: {exc}") from exc
     kwargs: dict[str, Any] = {}
     if config.chat_template_kwargs:
-        try:
-            kwargs = json.loads(config.chat_template_kwargs)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"--chat-template-kwargs is not JSON: {exc}") from exc
-        if not isinstance(kwargs, dict):
-            raise ConfigError("--chat-template-kwargs must be a JSON object")
+        kwargs = _json_object(config.chat_template_kwargs, "--chat-template-kwargs")
+    ui_settings = _ui_settings(config)
     scheduler.start()
     log.info("model loaded in %.2f s: %s, %d slots x %d tokens of context",
              time.perf_counter() - t0, info.description, n_slots, context.n_ctx_seq)
     return ModelRuntime(config=config, model=model, context=context, scheduler=scheduler,
                         engine=EngineClient(scheduler), template=template, template_source=source,
-                        info=info, chat_template_kwargs=kwargs)
+                        info=info, chat_template_kwargs=kwargs, ui_settings=ui_settings)
 
 
 @dataclass

@@ -36,7 +36,7 @@ class RunningServer:
 
 
 def start_server(args: list[str], tmp: Path, *, env: dict[str, str] | None = None,
-                 timeout: float = 120.0) -> RunningServer:
+                 timeout: float = 120.0, ready_scheme: str = "http") -> RunningServer:
     port = free_port()
     log_path = tmp / f"server-{port}.log"
     cmd = [sys.executable, "-m", "llamaserve", "--port", str(port), *args]
@@ -49,7 +49,8 @@ def start_server(args: list[str], tmp: Path, *, env: dict[str, str] | None = Non
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            probe = url.replace("http://", f"{ready_scheme}://")
+            if httpx.get(f"{probe}/health", timeout=2, verify=False).status_code == 200:
                 return RunningServer(url, proc, log_path)
         except httpx.HTTPError:
             pass

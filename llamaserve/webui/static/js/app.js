@@ -1,0 +1,1182 @@
+// The chat page: conversations, streaming, editing, settings, theme, drawer, API key prompt.
+
+import * as api from "./api.js";
+import * as store from "./store.js";
+import * as settings from "./settings.js";
+import { renderMarkdown, splitThink } from "./markdown.js";
+
+const $ = (id) => document.getElementById(id);
+
+const el = {
+  app: $("app"),
+  main: $("main"),
+  sidebar: $("sidebar"),
+  scrim: $("scrim"),
+  sidebarToggle: $("sidebar-toggle"),
+  sidebarClose: $("sidebar-close"),
+  newChat: $("new-chat"),
+  newChatTop: $("new-chat-top"),
+  convFilter: $("conv-filter"),
+  convList: $("conv-list"),
+  convEmpty: $("conv-empty"),
+  exportBtn: $("export-btn"),
+  importBtn: $("import-btn"),
+  importFile: $("import-file"),
+  modelName: $("model-name"),
+  modelSelect: $("model-select"),
+  ctxSize: $("ctx-size"),
+  themeToggle: $("theme-toggle"),
+  settingsButton: $("settings-button"),
+  banner: $("banner"),
+  bannerText: $("banner-text"),
+  bannerRetry: $("banner-retry"),
+  scroller: $("scroller"),
+  messages: $("messages"),
+  empty: $("empty"),
+  emptySub: $("empty-sub"),
+  suggestions: $("suggestions"),
+  jump: $("jump"),
+  composer: $("composer"),
+  input: $("composer-input"),
+  send: $("send-button"),
+  stop: $("stop-button"),
+  live: $("live"),
+  toasts: $("toasts"),
+  settingsDialog: $("settings-dialog"),
+  settingsForm: $("settings-form"),
+  settingsError: $("settings-error"),
+  settingsReset: $("settings-reset"),
+  keyDialog: $("api-key-dialog"),
+  keyInput: $("api-key-input"),
+  keyMessage: $("api-key-message"),
+};
+
+const LS = {
+  current: "llamaserve.currentConversation",
+  theme: "llamaserve.theme",
+  model: "llamaserve.model",
+  sidebar: "llamaserve.sidebarCollapsed",
+};
+
+function lsGet(k) { try { return localStorage.getItem(k); } catch { return null; } }
+function lsSet(k, v) {
+  try { if (v === null || v === undefined || v === "") localStorage.removeItem(k); else localStorage.setItem(k, v); } catch { /* ignore */ }
+}
+
+const state = {
+  conversations: [],   // every conversation, newest first
+  current: null,       // the open conversation (null: a new, unsaved chat)
+  gen: null,           // {controller, conv, msg} while an answer streams
+  modelName: "",
+  models: [],
+  model: lsGet(LS.model) || "",
+  nCtx: 0,
+  stick: true,         // keep the view pinned to the newest text
+  editing: null,       // id of the user message being edited
+};
+
+const views = new Map(); // message id -> view (DOM references and render cache)
+
+const narrow = matchMedia("(max-width: 768px)");
+const prefersDark = matchMedia("(prefers-color-scheme: dark)");
+
+// ------------------------------------------------------------------ small helpers
+
+function announce(text) {
+  el.live.textContent = "";
+  setTimeout(() => { el.live.textContent = text; }, 30);
+}
+
+function toast(text, { action, timeout = 4000, kind = "" } = {}) {
+  const t = document.createElement("div");
+  t.className = `toast ${kind}`;
+  t.setAttribute("role", kind === "error" ? "alert" : "status");
+  const span = document.createElement("span");
+  span.textContent = text;
+  t.append(span);
+  let timer;
+  const close = () => { clearTimeout(timer); t.remove(); };
+  if (action) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "btn btn-small";
+    b.textContent = action.label;
+    b.addEventListener("click", () => { close(); action.run(); });
+    t.append(b);
+  }
+  el.toasts.append(t);
+  timer = setTimeout(close, timeout);
+  return close;
+}
+
+async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    // Not a secure context (plain http on a LAN address): the old way still works.
+    const ta = document.createElement("textarea");
+    ta.value = text;
+    ta.setAttribute("readonly", "");
+    ta.style.cssText = "position:fixed;top:-1000px;opacity:0";
+    document.body.append(ta);
+    ta.select();
+    let ok = false;
+    try { ok = document.execCommand("copy"); } catch { ok = false; }
+    ta.remove();
+    return ok;
+  }
+}
+
+function icon(name) {
+  return `<svg viewBox="0 0 24 24" aria-hidden="true"><use href="#i-${name}"/></svg>`;
+}
+
+function button(action, label, iconName, { text = "", testid = "", cls = "icon-btn" } = {}) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = cls;
+  b.dataset.action = action;
+  b.setAttribute("aria-label", label);
+  b.title = label;
+  if (testid) b.dataset.testid = testid;
+  b.innerHTML = icon(iconName) + (text ? `<span>${text}</span>` : "");
+  return b;
+}
+
+function fmtRate(v) {
+  if (!(typeof v === "number" && v > 0)) return "—";
+  return v >= 10 ? String(Math.round(v)) : v.toFixed(1);
+}
+
+function fmtDate(ts) {
+  const d = new Date(ts);
+  const now = new Date();
+  if (d.toDateString() === now.toDateString()) return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  const opts = d.getFullYear() === now.getFullYear() ? { month: "short", day: "numeric" } : { year: "numeric", month: "short", day: "numeric" };
+  return d.toLocaleDateString([], opts);
+}
+
+function isCurrent(conv) { return state.current && conv && state.current.id === conv.id; }
+
+// ------------------------------------------------------------------ theme
+
+function savedTheme() {
+  const t = lsGet(LS.theme);
+  return t === "light" || t === "dark" ? t : "system";
+}
+
+function effectiveTheme() {
+  const t = savedTheme();
+  if (t !== "system") return t;
+  return prefersDark.matches ? "dark" : "light";
+}
+
+function applyTheme() {
+  const t = savedTheme();
+  if (t === "system") delete document.documentElement.dataset.theme;
+  else document.documentElement.dataset.theme = t;
+  const next = effectiveTheme() === "dark" ? "light" : "dark";
+  el.themeToggle.setAttribute("aria-label", `Switch to ${next} theme`);
+  el.themeToggle.title = `Switch to ${next} theme`;
+  document.documentElement.dataset.effectiveTheme = effectiveTheme();
+}
+
+function setTheme(t) {
+  lsSet(LS.theme, t === "system" ? null : t);
+  applyTheme();
+}
+
+// ------------------------------------------------------------------ sidebar / drawer
+
+function drawerOpen() { return el.app.classList.contains("drawer-open"); }
+
+function syncSidebarToggle() {
+  const expanded = narrow.matches ? drawerOpen() : !el.app.classList.contains("sidebar-collapsed");
+  el.sidebarToggle.setAttribute("aria-expanded", String(expanded));
+  el.sidebarToggle.setAttribute("aria-label", expanded ? "Hide conversation list" : "Show conversation list");
+}
+
+function openDrawer() {
+  el.app.classList.add("drawer-open");
+  el.scrim.hidden = false;
+  el.main.inert = true;
+  syncSidebarToggle();
+  const active = el.convList.querySelector('[aria-current="page"]');
+  (active || el.newChat).focus();
+}
+
+function closeDrawer({ restoreFocus = true } = {}) {
+  if (!drawerOpen()) return;
+  const hadFocus = el.sidebar.contains(document.activeElement);
+  el.app.classList.remove("drawer-open");
+  el.scrim.hidden = true;
+  el.main.inert = false;
+  syncSidebarToggle();
+  if (restoreFocus && hadFocus) el.sidebarToggle.focus();
+}
+
+function toggleSidebar() {
+  if (narrow.matches) {
+    if (drawerOpen()) closeDrawer(); else openDrawer();
+  } else {
+    const collapsed = el.app.classList.toggle("sidebar-collapsed");
+    lsSet(LS.sidebar, collapsed ? "1" : null);
+    syncSidebarToggle();
+  }
+}
+
+function onLayoutChange() {
+  if (!narrow.matches) {
+    el.app.classList.remove("drawer-open");
+    el.scrim.hidden = true;
+    el.main.inert = false;
+  }
+  syncSidebarToggle();
+}
+
+// ------------------------------------------------------------------ conversation list
+
+function matchesFilter(conv, q) {
+  if (!q) return true;
+  if ((conv.title || "").toLowerCase().includes(q)) return true;
+  return conv.messages.some((m) => m.content.toLowerCase().includes(q));
+}
+
+function renderConvList() {
+  const q = el.convFilter.value.trim().toLowerCase();
+  const list = state.conversations.filter((c) => matchesFilter(c, q));
+  const frag = document.createDocumentFragment();
+  for (const conv of list) {
+    const li = document.createElement("li");
+    li.className = "conv-item";
+    li.dataset.testid = "conversation-item";
+    li.dataset.id = conv.id;
+    const open = document.createElement("button");
+    open.type = "button";
+    open.className = "conv-open";
+    open.dataset.action = "open";
+    if (isCurrent(conv)) { open.setAttribute("aria-current", "page"); li.classList.add("active"); }
+    const title = document.createElement("span");
+    title.className = "conv-title";
+    title.textContent = conv.title || "New chat";
+    open.title = conv.title || "New chat";
+    const date = document.createElement("span");
+    date.className = "conv-date";
+    date.textContent = fmtDate(conv.updatedAt || conv.createdAt);
+    open.append(title, date);
+    if (state.gen && state.gen.conv.id === conv.id) {
+      const dot = document.createElement("span");
+      dot.className = "conv-busy";
+      dot.title = "Generating";
+      dot.setAttribute("aria-label", "generating");
+      open.append(dot);
+    }
+    const actions = document.createElement("div");
+    actions.className = "conv-actions";
+    const label = conv.title || "New chat";
+    actions.append(
+      button("rename", `Rename “${label}”`, "pencil", { testid: "conversation-rename" }),
+      button("delete", `Delete “${label}”`, "trash", { testid: "conversation-delete" }),
+    );
+    li.append(open, actions);
+    frag.append(li);
+  }
+  el.convList.replaceChildren(frag);
+  el.convEmpty.hidden = list.length > 0;
+  el.convEmpty.textContent = q ? "No matching conversations." : "No conversations yet.";
+}
+
+function startRename(li, conv) {
+  const open = li.querySelector(".conv-open");
+  const input = document.createElement("input");
+  input.type = "text";
+  input.className = "conv-rename";
+  input.value = conv.title || "";
+  input.setAttribute("aria-label", "Conversation title");
+  input.dataset.testid = "conversation-rename-input";
+  open.replaceWith(input);
+  input.focus();
+  input.select();
+  let done = false;
+  const finish = async (save) => {
+    if (done) return;
+    done = true;
+    const title = input.value.trim();
+    if (save && title && title !== conv.title) {
+      conv.title = title;
+      await persist(conv);
+      if (isCurrent(conv)) document.title = `${title} · llamaserve`;
+    }
+    renderConvList();
+    el.convList.querySelector(`li[data-id="${CSS.escape(conv.id)}"] .conv-open`)?.focus();
+  };
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") { e.preventDefault(); finish(true); }
+    else if (e.key === "Escape") { e.preventDefault(); e.stopPropagation(); finish(false); }
+  });
+  input.addEventListener("blur", () => finish(true));
+}
+
+async function removeConversation(conv) {
+  if (state.gen && state.gen.conv.id === conv.id) state.gen.controller.abort();
+  const idx = state.conversations.findIndex((c) => c.id === conv.id);
+  if (idx >= 0) state.conversations.splice(idx, 1);
+  const wasCurrent = isCurrent(conv);
+  if (wasCurrent) newChat({ focus: false });
+  await store.deleteConversation(conv.id);
+  renderConvList();
+  // Keep keyboard focus in the list: on the item now at that place, else on "New chat".
+  const next = el.convList.querySelectorAll(".conv-open")[Math.max(0, Math.min(idx, state.conversations.length - 1))];
+  if (el.sidebar.contains(document.activeElement) || document.activeElement === document.body) (next || el.newChat).focus();
+  toast(`Deleted “${conv.title || "New chat"}”`, {
+    timeout: 6000,
+    action: {
+      label: "Undo",
+      run: async () => {
+        await store.saveConversation(conv);
+        state.conversations.push(conv);
+        sortConversations();
+        renderConvList();
+        if (wasCurrent) openConversation(conv);
+      },
+    },
+  });
+}
+
+function sortConversations() {
+  state.conversations.sort((a, b) => (b.updatedAt || 0) - (a.updatedAt || 0));
+}
+
+async function persist(conv) {
+  if (!state.conversations.includes(conv)) return;  // deleted meanwhile (e.g. while it streamed)
+  try {
+    await store.saveConversation(conv);
+  } catch (err) {
+    console.error("save failed", err);
+    toast(`Could not save the conversation: ${err.message || err}`, { kind: "error" });
+  }
+}
+
+// ------------------------------------------------------------------ opening conversations
+
+function openConversation(conv, { focus = true } = {}) {
+  state.current = conv;
+  state.editing = null;
+  lsSet(LS.current, conv.id);
+  document.title = `${conv.title || "New chat"} · llamaserve`;
+  renderConversation();
+  renderConvList();
+  state.stick = true;
+  scrollToBottom(true);
+  if (narrow.matches) closeDrawer({ restoreFocus: false });
+  if (focus) el.input.focus();
+}
+
+function newChat({ focus = true } = {}) {
+  state.current = null;
+  state.editing = null;
+  lsSet(LS.current, null);
+  document.title = "llamaserve";
+  renderConversation();
+  renderConvList();
+  if (narrow.matches) closeDrawer({ restoreFocus: false });
+  if (focus) el.input.focus();
+}
+
+// ------------------------------------------------------------------ messages
+
+function renderConversation() {
+  views.clear();
+  el.messages.replaceChildren();
+  const msgs = state.current ? state.current.messages : [];
+  for (const m of msgs) el.messages.append(createMessageView(m).root);
+  for (const m of msgs) updateMessage(m);
+  el.empty.hidden = msgs.length > 0;
+  el.messages.hidden = msgs.length === 0;
+}
+
+function createMessageView(msg) {
+  const root = document.createElement("article");
+  root.className = `msg msg-${msg.role}`;
+  root.dataset.testid = "message";
+  root.dataset.role = msg.role;
+  root.dataset.id = msg.id;
+  root.setAttribute("aria-label", msg.role === "user" ? "You said" : "Assistant said");
+
+  const body = document.createElement("div");
+  body.className = "msg-body";
+  const v = { root, body, msg, cache: {} };
+
+  if (msg.role === "assistant") {
+    const details = document.createElement("details");
+    details.className = "thinking";
+    details.dataset.testid = "message-reasoning";
+    details.hidden = true;
+    const summary = document.createElement("summary");
+    const label = document.createElement("span");
+    label.className = "thinking-label";
+    summary.append(label);
+    const tbody = document.createElement("div");
+    tbody.className = "thinking-body md";
+    details.append(summary, tbody);
+    summary.addEventListener("click", () => { v.userToggled = true; });
+    v.details = details; v.thinkingLabel = label; v.thinkingBody = tbody;
+
+    const tools = document.createElement("div");
+    tools.className = "tool-calls";
+    tools.dataset.testid = "message-tool-calls";
+    tools.hidden = true;
+    v.tools = tools;
+    body.append(details);
+  }
+
+  const content = document.createElement("div");
+  content.className = msg.role === "assistant" ? "msg-content md" : "msg-content plain";
+  content.dataset.testid = "message-content";
+  body.append(content);
+  v.content = content;
+  if (v.tools) body.append(v.tools);
+
+  const error = document.createElement("div");
+  error.className = "msg-error";
+  error.dataset.testid = "message-error";
+  error.hidden = true;
+  body.append(error);
+  v.error = error;
+
+  const footer = document.createElement("div");
+  footer.className = "msg-footer";
+  const meta = document.createElement("span");
+  meta.className = "msg-meta";
+  meta.dataset.testid = "message-timings";
+  const actions = document.createElement("div");
+  actions.className = "msg-actions";
+  footer.append(meta, actions);
+  v.meta = meta; v.actions = actions;
+
+  root.append(body, footer);
+  views.set(msg.id, v);
+  return v;
+}
+
+function isLastAssistant(msg) {
+  const msgs = state.current?.messages || [];
+  return msgs.length > 0 && msgs[msgs.length - 1].id === msg.id && msg.role === "assistant";
+}
+
+function renderActions(v) {
+  const msg = v.msg;
+  const busy = !!state.gen;
+  const key = `${busy}|${isLastAssistant(msg)}|${state.editing === msg.id}`;
+  if (v.cache.actions === key) return;
+  v.cache.actions = key;
+  const list = [];
+  if (state.editing === msg.id) { v.actions.replaceChildren(); return; }
+  if (msg.role === "user") {
+    const edit = button("edit", "Edit message", "edit", { testid: "edit-message" });
+    edit.disabled = busy;
+    list.push(edit, button("copy", "Copy message", "copy", { testid: "copy-message" }));
+  } else {
+    list.push(button("copy", "Copy answer", "copy", { testid: "copy-message" }));
+    if (isLastAssistant(msg)) {
+      const regen = button("regenerate", "Regenerate answer", "refresh", { testid: "regenerate" });
+      regen.disabled = busy;
+      list.push(regen);
+    }
+  }
+  v.actions.replaceChildren(...list);
+}
+
+function refreshAllActions() {
+  for (const v of views.values()) renderActions(v);
+}
+
+function thinkingSeconds(msg) {
+  return typeof msg.reasoningMs === "number" ? (msg.reasoningMs / 1000).toFixed(1) : null;
+}
+
+function updateMessage(msg) {
+  const v = views.get(msg.id);
+  if (!v) return;
+  const streaming = !!(state.gen && state.gen.msg.id === msg.id);
+  v.root.setAttribute("aria-busy", String(streaming));
+  v.root.classList.toggle("streaming", streaming);
+
+  if (msg.role === "user") {
+    if (state.editing !== msg.id && v.cache.content !== msg.content) {
+      v.cache.content = msg.content;
+      v.content.textContent = msg.content;
+    }
+  } else {
+    let reasoning = msg.reasoning || "";
+    let content = msg.content || "";
+    let thinkingOpen = streaming && !content;
+    if (!reasoning) {
+      const split = splitThink(content);
+      if (split.reasoning || split.open) {
+        reasoning = split.reasoning;
+        content = split.content;
+        thinkingOpen = streaming && split.open;
+      }
+    }
+    const hasReasoning = !!reasoning;
+    v.details.hidden = !hasReasoning;
+    if (hasReasoning) {
+      const secs = thinkingSeconds(msg);
+      const label = thinkingOpen ? "Thinking…" : secs ? `Thought for ${secs} s` : "Thinking";
+      if (v.thinkingLabel.textContent !== label) v.thinkingLabel.textContent = label;
+      v.details.classList.toggle("active", thinkingOpen);
+      if (v.cache.reasoning !== reasoning) {
+        v.cache.reasoning = reasoning;
+        v.thinkingBody.innerHTML = renderMarkdown(reasoning);
+      }
+      if (!v.userToggled && streaming) v.details.open = thinkingOpen;
+    }
+    if (v.cache.content !== content) {
+      v.cache.content = content;
+      v.content.innerHTML = renderMarkdown(content);
+    }
+    const waiting = streaming && !content && !hasReasoning && !(msg.toolCalls && msg.toolCalls.length);
+    v.content.classList.toggle("waiting", waiting);
+    if (waiting && !v.content.firstChild) {
+      v.content.innerHTML = '<span class="dots" aria-hidden="true"><span></span><span></span><span></span></span>';
+      v.cache.content = null;
+    }
+    v.content.hidden = !content && !waiting;
+    renderToolCalls(v, msg);
+  }
+
+  v.error.hidden = !msg.error;
+  if (msg.error) v.error.textContent = msg.error;
+
+  v.meta.textContent = metaText(msg, streaming);
+  v.meta.title = metaTitle(msg);
+  renderActions(v);
+}
+
+function renderToolCalls(v, msg) {
+  const calls = (msg.toolCalls || []).filter(Boolean);
+  const key = JSON.stringify(calls);
+  if (v.cache.tools === key) return;
+  v.cache.tools = key;
+  v.tools.hidden = calls.length === 0;
+  const frag = document.createDocumentFragment();
+  for (const call of calls) {
+    const box = document.createElement("div");
+    box.className = "tool-call";
+    box.dataset.testid = "tool-call";
+    const head = document.createElement("div");
+    head.className = "tool-call-head";
+    head.innerHTML = icon("tool");
+    const name = document.createElement("span");
+    name.className = "tool-call-name";
+    name.textContent = call.function?.name || "(tool)";
+    const kind = document.createElement("span");
+    kind.className = "tool-call-kind";
+    kind.textContent = "tool call";
+    head.append(kind, name);
+    const pre = document.createElement("pre");
+    pre.tabIndex = 0;
+    const code = document.createElement("code");
+    let args = call.function?.arguments || "";
+    try { args = JSON.stringify(JSON.parse(args), null, 2); } catch { /* partial JSON while streaming */ }
+    code.textContent = args;
+    pre.append(code);
+    box.append(head, pre);
+    frag.append(box);
+  }
+  v.tools.replaceChildren(frag);
+}
+
+function metaText(msg, streaming) {
+  if (msg.role !== "assistant") return "";
+  const parts = [];
+  const t = msg.timings;
+  if (t) {
+    parts.push(`prompt ${fmtRate(t.prompt_per_second)} t/s`);
+    parts.push(`gen ${fmtRate(t.predicted_per_second)} t/s`);
+    parts.push(`cached ${t.cache_n ?? 0}`);
+  }
+  if (msg.stopped) parts.push("stopped");
+  else if (msg.finishReason === "length") parts.push("length limit");
+  if (streaming && !t) return "";
+  return parts.join(" · ");
+}
+
+function metaTitle(msg) {
+  const t = msg.timings;
+  if (!t) return "";
+  const lines = [
+    `Prompt: ${t.prompt_n ?? "?"} tokens in ${Math.round(t.prompt_ms ?? 0)} ms`,
+    `Generation: ${t.predicted_n ?? "?"} tokens in ${Math.round(t.predicted_ms ?? 0)} ms`,
+    `Reused from cache: ${t.cache_n ?? 0} tokens`,
+  ];
+  const used = (t.cache_n || 0) + (t.prompt_n || 0) + (t.predicted_n || 0);
+  if (used && state.nCtx) lines.push(`Context: ${used} / ${state.nCtx} tokens`);
+  if (msg.model) lines.push(`Model: ${msg.model}`);
+  return lines.join("\n");
+}
+
+let frame = 0;
+function scheduleUpdate(msg) {
+  if (frame) return;
+  frame = requestAnimationFrame(() => {
+    frame = 0;
+    updateMessage(msg);
+    if (state.stick) scrollToBottom();
+  });
+}
+
+function scrollToBottom(force = false) {
+  if (force) state.stick = true;
+  el.scroller.scrollTop = el.scroller.scrollHeight;
+  el.jump.hidden = true;
+}
+
+function onScroll() {
+  const gap = el.scroller.scrollHeight - el.scroller.scrollTop - el.scroller.clientHeight;
+  state.stick = gap < 48;
+  el.jump.hidden = state.stick || el.messages.hidden;
+}
+
+// ------------------------------------------------------------------ sending and streaming
+
+function setGenerating(on) {
+  const stopHadFocus = document.activeElement === el.stop;
+  el.app.dataset.generating = String(on);
+  el.stop.hidden = !on;
+  el.send.hidden = on;
+  updateSendState();
+  refreshAllActions();
+  if (!on && stopHadFocus) el.input.focus();
+}
+
+function updateSendState() {
+  el.send.disabled = !el.input.value.trim() || !!state.gen;
+}
+
+function autosize() {
+  el.input.style.height = "auto";
+  el.input.style.height = `${Math.min(el.input.scrollHeight, Math.round(window.innerHeight * 0.4))}px`;
+}
+
+function buildBody(history) {
+  const s = settings.current();
+  const messages = [];
+  if (s.system_prompt && s.system_prompt.trim()) messages.push({ role: "system", content: s.system_prompt });
+  for (const m of history) {
+    if (m.role === "assistant") {
+      const text = splitThink(m.content || "").content;
+      if (!text && !(m.toolCalls && m.toolCalls.length)) continue;  // failed or stopped before any text
+      messages.push({ role: "assistant", content: text });
+    } else {
+      messages.push({ role: "user", content: m.content });
+    }
+  }
+  const body = { messages, stream: true, ...settings.requestParams(s) };
+  const model = state.model || state.models[0] || "";
+  if (model) body.model = model;
+  return body;
+}
+
+function applyChunk(msg, chunk, clock) {
+  if (chunk.model && !msg.model) msg.model = chunk.model;
+  if (chunk.timings) msg.timings = chunk.timings;
+  const choice = chunk.choices?.[0];
+  if (!choice) return;
+  const d = choice.delta || {};
+  if (typeof d.reasoning_content === "string" && d.reasoning_content) {
+    if (!clock.reasoningStart) clock.reasoningStart = performance.now();
+    msg.reasoning = (msg.reasoning || "") + d.reasoning_content;
+  }
+  const answered = (typeof d.content === "string" && d.content) || (Array.isArray(d.tool_calls) && d.tool_calls.length);
+  if (answered && clock.reasoningStart && msg.reasoningMs === undefined) {
+    msg.reasoningMs = Math.round(performance.now() - clock.reasoningStart);
+  }
+  if (typeof d.content === "string" && d.content) msg.content += d.content;
+  if (Array.isArray(d.tool_calls)) mergeToolCalls(msg, d.tool_calls);
+  if (choice.finish_reason) msg.finishReason = choice.finish_reason;
+}
+
+function mergeToolCalls(msg, deltas) {
+  msg.toolCalls = msg.toolCalls || [];
+  deltas.forEach((tc, i) => {
+    const idx = Number.isInteger(tc.index) ? tc.index : i;
+    const cur = msg.toolCalls[idx] || (msg.toolCalls[idx] = { id: "", type: "function", function: { name: "", arguments: "" } });
+    if (tc.id) cur.id = tc.id;
+    if (tc.type) cur.type = tc.type;
+    const fn = tc.function || {};
+    if (fn.name) cur.function.name = cur.function.name ? cur.function.name + fn.name : fn.name;
+    if (typeof fn.arguments === "string") cur.function.arguments += fn.arguments;
+    else if (fn.arguments && typeof fn.arguments === "object") cur.function.arguments = JSON.stringify(fn.arguments);
+  });
+}
+
+async function sendMessage(text) {
+  text = text.trim();
+  if (!text || state.gen) return;
+  let conv = state.current;
+  const now = Date.now();
+  if (!conv) {
+    conv = { id: store.newId(), title: "", createdAt: now, updatedAt: now, messages: [] };
+    state.current = conv;
+    state.conversations.unshift(conv);
+    lsSet(LS.current, conv.id);
+  }
+  conv.messages.push({ id: store.newId(), role: "user", content: text, createdAt: now });
+  if (!conv.title) conv.title = store.titleFrom(conv.messages);
+  conv.updatedAt = now;
+  document.title = `${conv.title} · llamaserve`;
+  el.input.value = "";
+  autosize();
+  updateSendState();
+  renderConversation();
+  scrollToBottom(true);
+  await generate(conv);
+}
+
+async function generate(conv) {
+  const msg = { id: store.newId(), role: "assistant", content: "", createdAt: Date.now() };
+  conv.messages.push(msg);
+  conv.updatedAt = Date.now();
+  sortConversations();
+  const controller = new AbortController();
+  state.gen = { controller, conv, msg };
+  if (isCurrent(conv)) {
+    el.empty.hidden = true;
+    el.messages.hidden = false;
+    el.messages.append(createMessageView(msg).root);
+    updateMessage(msg);
+    scrollToBottom(true);
+  }
+  setGenerating(true);
+  renderConvList();
+  announce("Generating an answer. Press Escape to stop.");
+  persist(conv);
+
+  const body = buildBody(conv.messages.slice(0, -1));
+  const clock = {};
+  let lastSave = Date.now();
+  try {
+    await api.streamChat(body, {
+      signal: controller.signal,
+      onChunk(chunk) {
+        applyChunk(msg, chunk, clock);
+        if (isCurrent(conv)) scheduleUpdate(msg);
+        if (Date.now() - lastSave > 1000) { lastSave = Date.now(); persist(conv); }
+      },
+    });
+  } catch (err) {
+    if (controller.signal.aborted || err?.name === "AbortError") msg.stopped = true;
+    else msg.error = err?.message || String(err);
+  }
+  if (clock.reasoningStart && msg.reasoningMs === undefined) msg.reasoningMs = Math.round(performance.now() - clock.reasoningStart);
+  if (frame) { cancelAnimationFrame(frame); frame = 0; }
+  state.gen = null;
+  conv.updatedAt = Date.now();
+  setGenerating(false);
+  if (isCurrent(conv)) {
+    updateMessage(msg);
+    if (state.stick) scrollToBottom();
+  }
+  await persist(conv);
+  renderConvList();
+  announce(msg.error ? `Error: ${msg.error}` : msg.stopped ? "Stopped." : "Answer complete.");
+}
+
+function stopGeneration() {
+  if (state.gen) state.gen.controller.abort();
+}
+
+function regenerate() {
+  const conv = state.current;
+  if (!conv || state.gen) return;
+  let idx = conv.messages.length - 1;
+  if (idx < 0) return;
+  if (conv.messages[idx].role === "assistant") conv.messages.splice(idx, 1);
+  renderConversation();
+  el.input.focus();  // the button that had focus is gone
+  generate(conv);
+}
+
+// ------------------------------------------------------------------ editing a user message
+
+function startEdit(msg) {
+  if (state.gen) return;
+  if (state.editing) cancelEdit();
+  state.editing = msg.id;
+  const v = views.get(msg.id);
+  const box = document.createElement("div");
+  box.className = "edit-box";
+  const label = document.createElement("label");
+  label.className = "visually-hidden";
+  label.htmlFor = `edit-${msg.id}`;
+  label.textContent = "Edit message";
+  const ta = document.createElement("textarea");
+  ta.id = `edit-${msg.id}`;
+  ta.className = "edit-input";
+  ta.dataset.testid = "edit-input";
+  ta.value = msg.content;
+  ta.rows = Math.min(12, Math.max(2, msg.content.split("\n").length));
+  const row = document.createElement("div");
+  row.className = "edit-actions";
+  const hint = document.createElement("span");
+  hint.className = "edit-hint";
+  hint.textContent = "Enter to send · Escape to cancel";
+  const cancel = document.createElement("button");
+  cancel.type = "button";
+  cancel.className = "btn";
+  cancel.dataset.action = "edit-cancel";
+  cancel.dataset.testid = "edit-cancel";
+  cancel.textContent = "Cancel";
+  const save = document.createElement("button");
+  save.type = "button";
+  save.className = "btn btn-primary";
+  save.dataset.action = "edit-save";
+  save.dataset.testid = "edit-save";
+  save.textContent = "Send";
+  row.append(hint, cancel, save);
+  box.append(label, ta, row);
+  v.content.replaceWith(box);
+  v.editBox = box;
+  v.root.classList.add("editing");
+  renderActions(v);
+  ta.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); saveEdit(msg, ta.value); }
+    else if (e.key === "Escape") { e.preventDefault(); e.stopPropagation(); cancelEdit(); }
+  });
+  ta.focus();
+  ta.setSelectionRange(ta.value.length, ta.value.length);
+}
+
+function cancelEdit() {
+  const id = state.editing;
+  state.editing = null;
+  const v = id && views.get(id);
+  if (!v || !v.editBox) return;
+  v.editBox.replaceWith(v.content);
+  v.editBox = null;
+  v.root.classList.remove("editing");
+  updateMessage(v.msg);
+  v.actions.querySelector('[data-action="edit"]')?.focus();
+}
+
+function saveEdit(msg, text) {
+  const conv = state.current;
+  text = text.trim();
+  if (!conv || !text || state.gen) return;
+  const idx = conv.messages.findIndex((m) => m.id === msg.id);
+  if (idx < 0) return;
+  state.editing = null;
+  msg.content = text;
+  conv.messages.splice(idx + 1);
+  if (idx === conv.messages.findIndex((m) => m.role === "user")) conv.title = store.titleFrom(conv.messages) || conv.title;
+  renderConversation();
+  el.input.focus();
+  generate(conv);
+}
+
+// ------------------------------------------------------------------ server info
+
+async function loadServerInfo() {
+  el.app.dataset.server = "loading";
+  const [props, models] = await Promise.allSettled([api.getJSON("/props"), api.getJSON("/v1/models")]);
+  let problem = null;
+
+  if (models.status === "fulfilled") {
+    const data = Array.isArray(models.value?.data) ? models.value.data : [];
+    state.models = data.map((m) => String(m.id)).filter(Boolean);
+  } else {
+    problem = models.reason;
+  }
+
+  if (props.status === "fulfilled") {
+    const p = props.value || {};
+    const dgs = p.default_generation_settings || {};
+    settings.setServerDefaults(p.ui_settings, dgs.params);
+    const uiTheme = p.ui_settings?.theme;
+    if ((uiTheme === "light" || uiTheme === "dark") && !lsGet(LS.theme)) {
+      document.documentElement.dataset.theme = uiTheme;
+      document.documentElement.dataset.effectiveTheme = uiTheme;
+    }
+    state.modelName = p.model_alias || (p.model_path ? String(p.model_path).split(/[\\/]/).pop() : "") || state.models[0] || "";
+    state.nCtx = Number(dgs.n_ctx) || 0;
+  } else {
+    problem = props.reason;
+    if (!state.modelName) state.modelName = state.models[0] || "";
+  }
+
+  renderModelInfo();
+  if (problem && props.status === "rejected") {
+    el.app.dataset.server = "error";
+    const msg = problem instanceof api.ApiError ? problem.message : "The server could not be reached.";
+    el.bannerText.textContent = msg;
+    el.banner.hidden = false;
+  } else {
+    el.app.dataset.server = "ok";
+    el.banner.hidden = true;
+  }
+}
+
+function renderModelInfo() {
+  const many = state.models.length > 1;
+  if (many) {
+    if (!state.models.includes(state.model)) state.model = state.models.includes(state.modelName) ? state.modelName : state.models[0];
+    el.modelSelect.replaceChildren(...state.models.map((id) => {
+      const o = document.createElement("option");
+      o.value = id;
+      o.textContent = id;
+      return o;
+    }));
+    el.modelSelect.value = state.model;
+  } else {
+    state.model = state.models[0] || "";
+  }
+  el.modelSelect.hidden = !many;
+  el.modelName.hidden = many;
+  el.modelName.textContent = state.modelName || "No model";
+  el.modelName.title = state.modelName ? `Model: ${state.modelName}` : "";
+  if (state.nCtx) {
+    el.ctxSize.hidden = false;
+    el.ctxSize.textContent = `ctx ${state.nCtx.toLocaleString("en-US")}`;
+    el.ctxSize.title = `Context size: ${state.nCtx} tokens per slot`;
+  } else {
+    el.ctxSize.hidden = true;
+  }
+  el.emptySub.textContent = state.modelName
+    ? `Chatting with ${state.modelName}. Messages stay in this browser.`
+    : "Messages stay in this browser.";
+}
+
+async function onModelChange() {
+  state.model = el.modelSelect.value;
+  lsSet(LS.model, state.model);
+  try {
+    const p = await api.getJSON(`/props?model=${encodeURIComponent(state.model)}`);
+    const n = Number(p?.default_generation_settings?.n_ctx);
+    if (n) state.nCtx = n;
+  } catch { /* a single-model server ignores ?model= or refuses it: keep what we have */ }
+  renderModelInfo();
+  announce(`Model ${state.model} selected.`);
+}
+
+// ------------------------------------------------------------------ dialogs
+
+function promptForKey(reason) {
+  return new Promise((resolve) => {
+    const dlg = el.keyDialog;
+    const returnFocus = document.activeElement;
+    el.keyMessage.textContent = `${reason} Enter it to continue; it is kept in this browser.`;
+    el.keyInput.value = "";
+    dlg.returnValue = "";
+    const onClose = () => {
+      dlg.removeEventListener("close", onClose);
+      const key = dlg.returnValue === "save" ? el.keyInput.value.trim() : "";
+      if (key) api.setApiKey(key);
+      if (returnFocus && document.contains(returnFocus)) returnFocus.focus?.();
+      resolve(key || null);
+    };
+    dlg.addEventListener("close", onClose);
+    dlg.showModal();
+    el.keyInput.focus();
+  });
+}
+
+function openSettings() {
+  const form = el.settingsForm;
+  settings.toForm(form, settings.current());
+  form.elements.theme.value = savedTheme();
+  form.elements.api_key.value = api.getApiKey();
+  el.settingsError.hidden = true;
+  el.settingsDialog.returnValue = "";
+  el.settingsDialog.showModal();
+  form.elements.system_prompt.focus();
+}
+
+function onSettingsSubmit(e) {
+  const action = e.submitter?.value;
+  if (action !== "save") return;
+  const form = el.settingsForm;
+  const r = settings.fromForm(form);
+  if (r.error) {
+    e.preventDefault();
+    el.settingsError.textContent = r.error;
+    el.settingsError.hidden = false;
+    r.field.setAttribute("aria-invalid", "true");
+    r.field.focus();
+    return;
+  }
+  for (const f of form.querySelectorAll("[aria-invalid]")) f.removeAttribute("aria-invalid");
+  settings.save(r.values);
+  setTheme(form.elements.theme.value);
+  api.setApiKey(form.elements.api_key.value.trim());
+  toast("Settings saved");
+}
+
+// ------------------------------------------------------------------ import / export
+
+async function exportAll() {
+  const all = await store.listConversations();
+  if (!all.length) { toast("There are no conversations to export."); return; }
+  const blob = new Blob([JSON.stringify(store.exportPayload(all), null, 2)], { type: "application/json" });
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = `llamaserve-chats-${new Date().toISOString().slice(0, 10)}.json`;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+  toast(`Exported ${all.length} conversation${all.length === 1 ? "" : "s"}`);
+}
+
+async function importFile(file) {
+  try {
+    const convs = store.parseImport(await file.text());
+    const ids = new Set(state.conversations.map((c) => c.id));
+    for (const c of convs) {
+      if (ids.has(c.id)) c.id = store.newId();
+      ids.add(c.id);
+      await store.saveConversation(c);
+      state.conversations.push(c);
+    }
+    sortConversations();
+    renderConvList();
+    toast(`Imported ${convs.length} conversation${convs.length === 1 ? "" : "s"}`);
+  } catch (err) {
+    toast(`Import failed: ${err.message || err}`, { kind: "error", timeout: 6000 });
+  } finally {
+    el.importFile.value = "";
+  }
+}
+
+// ------------------------------------------------------------------ events
+
+function bindEvents() {
+  el.composer.addEventListener("submit", (e) => {
+    e.preventDefault();
+    sendMessage(el.input.value);
+  });
+  el.input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing && !e.altKey && !e.ctrlKey && !e.metaKey) {
+      e.preventDefault();
+      if (!state.gen) sendMessage(el.input.value);
+    }
+  });
+  el.input.addEventListener("input", () => { autosize(); updateSendState(); });
+  el.stop.addEventListener("click", stopGeneration);
+
+  el.messages.addEventListener("click", async (e) => {
+    const b = e.target.closest("button[data-action]");
+    if (!b) return;
+    const root = b.closest(".msg");
+    const msg = root && views.get(root.dataset.id)?.msg;
+    switch (b.dataset.action) {
+      case "copy-code": {
+        const code = b.closest(".code-block")?.querySelector("code")?.textContent || "";
+        if (await copyText(code)) flashCopied(b);
+        break;
+      }
+      case "copy":
+        if (msg && await copyText(msg.content)) { flashCopied(b); announce("Copied."); }
+        break;
+      case "edit": if (msg) startEdit(msg); break;
+      case "edit-cancel": cancelEdit(); break;
+      case "edit-save": if (msg) saveEdit(msg, root.querySelector(".edit-input").value); break;
+      case "regenerate": regenerate(); break;
+      default: break;
+    }
+  });
+
+  el.suggestions.addEventListener("click", (e) => {
+    const chip = e.target.closest(".chip");
+    if (chip) sendMessage(chip.dataset.prompt);
+  });
+
+  el.convList.addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-action]");
+    if (!b) return;
+    const li = b.closest("li");
+    const conv = state.conversations.find((c) => c.id === li.dataset.id);
+    if (!conv) return;
+    if (b.dataset.action === "open") openConversation(conv);
+    else if (b.dataset.action === "delete") removeConversation(conv);
+    else if (b.dataset.action === "rename") startRename(li, conv);
+  });
+  el.convFilter.addEventListener("input", renderConvList);
+  el.newChat.addEventListener("click", () => newChat());
+  el.newChatTop.addEventListener("click", () => newChat());
+
+  el.sidebarToggle.addEventListener("click", toggleSidebar);
+  el.sidebarClose.addEventListener("click", () => closeDrawer());
+  el.scrim.addEventListener("click", () => closeDrawer());
+  narrow.addEventListener("change", onLayoutChange);
+
+  el.themeToggle.addEventListener("click", () => setTheme(effectiveTheme() === "dark" ? "light" : "dark"));
+  prefersDark.addEventListener("change", applyTheme);
+
+  // Cancel buttons are type="button" so that Enter in a field submits (saves), never cancels.
+  for (const b of document.querySelectorAll("[data-close-dialog]")) {
+    b.addEventListener("click", () => b.closest("dialog").close("cancel"));
+  }
+  el.settingsButton.addEventListener("click", openSettings);
+  el.settingsForm.addEventListener("submit", onSettingsSubmit);
+  el.settingsReset.addEventListener("click", () => {
+    settings.toForm(el.settingsForm, settings.defaults());
+    el.settingsForm.elements.theme.value = "system";
+    announce("Defaults restored in the form. Save to apply.");
+  });
+
+  el.modelSelect.addEventListener("change", onModelChange);
+  el.bannerRetry.addEventListener("click", loadServerInfo);
+
+  el.exportBtn.addEventListener("click", exportAll);
+  el.importBtn.addEventListener("click", () => el.importFile.click());
+  el.importFile.addEventListener("change", () => { if (el.importFile.files[0]) importFile(el.importFile.files[0]); });
+
+  el.scroller.addEventListener("scroll", onScroll, { passive: true });
+  el.jump.addEventListener("click", () => { scrollToBottom(true); el.input.focus(); });
+
+  document.addEventListener("keydown", (e) => {
+    if (e.key !== "Escape" || e.defaultPrevented) return;
+    if (document.querySelector("dialog[open]")) return;   // the dialog closes itself
+    if (drawerOpen()) { e.preventDefault(); closeDrawer(); return; }
+    if (state.gen) { e.preventDefault(); stopGeneration(); }
+  });
+  window.addEventListener("resize", autosize);
+}
+
+function flashCopied(b) {
+  const prev = b.innerHTML;
+  b.classList.add("copied");
+  if (b.classList.contains("code-copy")) b.textContent = "Copied";
+  else b.innerHTML = icon("check");
+  setTimeout(() => { b.classList.remove("copied"); b.innerHTML = prev; }, 1400);
+}
+
+// ------------------------------------------------------------------ start
+
+async function init() {
+  applyTheme();
+  api.setKeyPrompter(promptForKey);
+  if (lsGet(LS.sidebar) === "1") el.app.classList.add("sidebar-collapsed");
+  bindEvents();
+  onLayoutChange();
+  try {
+    state.conversations = await store.listConversations();
+  } catch (err) {
+    console.error(err);
+    toast("Saved conversations could not be loaded.", { kind: "error" });
+  }
+  const last = state.conversations.find((c) => c.id === lsGet(LS.current));
+  if (last) openConversation(last, { focus: false });
+  else newChat({ focus: false });
+  autosize();
+  updateSendState();
+  el.app.dataset.ready = "true";
+  if (!narrow.matches || !drawerOpen()) el.input.focus();
+  loadServerInfo();
+}
+
+init();
