@@ -116,6 +116,8 @@ class ServerConfig:
             raise ConfigError("--batch-size and --ubatch-size must be >= 1")
         if not 0 < self.port < 65536:
             raise ConfigError("--port must be between 1 and 65535")
+        if self.pooling not in ("unspecified", "none", "mean", "cls", "last", "rank"):
+            raise ConfigError("--pooling must be one of none, mean, cls, last, rank")
         if self.flash_attn not in ("on", "off", "auto"):
             raise ConfigError("--flash-attn must be on, off or auto")
         for name in self.sampling.samplers:

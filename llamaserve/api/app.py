@@ -22,14 +22,16 @@ from llamaserve.api.metrics import LlamaCollector, render_metrics
 from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware
 from llamaserve.api.sse import ClientGone, data_event, sse_response, until_disconnect
 from llamaserve.engine.types import Finished, TextDelta
+from llamaserve.protocol.embedding import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
 from llamaserve.protocol.native import (
     ApplyTemplateRequest,
     DetokenizeRequest,
+    InfillRequest,
     NativeCompletionRequest,
     TokenizeRequest,
 )
 from llamaserve.protocol.openai import ChatCompletionRequest, CompletionRequest
-from llamaserve.serving import chat, completion, generate, info
+from llamaserve.serving import chat, completion, embedding, generate, info
 from llamaserve.serving.runtime import ModelRuntime, ServerState
 
 log = logging.getLogger("llamaserve.http")
@@ -247,6 +249,43 @@ def create_app(state: ServerState) -> FastAPI:
         return JSONUTF8Response({"prompt": prompt})
 
     # --------------------------------------------------------- generation
+    @app.post("/v1/embeddings")
+    async def oai_embeddings(request: Request) -> Response:
+        rt = runtime()
+        req = await read_json(request, EmbeddingRequest)
+        body = await embedding.openai_embeddings(rt, req)
+        request.state.tokens = (body["usage"]["prompt_tokens"], 0, 0)
+        return JSONUTF8Response(body)
+
+    @app.post("/embedding")
+    @app.post("/embeddings")
+    async def native_embeddings(request: Request) -> Response:
+        rt = runtime()
+        req = await read_json(request, NativeEmbeddingRequest)
+        return JSONUTF8Response(await embedding.native_embeddings(rt, req))
+
+    @app.post("/rerank")
+    @app.post("/reranking")
+    @app.post("/v1/rerank")
+    @app.post("/v1/reranking")
+    async def rerank(request: Request) -> Response:
+        rt = runtime()
+        req = await read_json(request, RerankRequest)
+        _, body = await embedding.rerank(rt, req)
+        return JSONUTF8Response(body)
+
+    @app.post("/infill")
+    async def infill(request: Request) -> Response:
+        rt = runtime()
+        req = await read_json(request, InfillRequest)
+        job, prompt = await completion.infill_request(rt, req)
+        if req.stream:
+            events = generate.stream(rt.engine, [job])
+            return await stream_events(
+                request, events, lambda ev: completion.native_stream(rt, req, job, prompt, ev))
+        body = await until_disconnect(request, completion.native_complete(rt, req, [(job, prompt)]))
+        return JSONUTF8Response(body)
+
     @app.post("/completion")
     @app.post("/completions")
     async def native_completion(request: Request) -> Response:

@@ -66,6 +66,7 @@ class Model:
         self.n_vocab: int = C.llama_vocab_n_tokens(self.vocab)
         self.bos: int = C.llama_vocab_bos(self.vocab)
         self.eos: int = C.llama_vocab_eos(self.vocab)
+        self.sep: int = C.llama_vocab_sep(self.vocab)
         self.add_bos: bool = bool(C.llama_vocab_get_add_bos(self.vocab))
         # Pieces are cached because detokenizing is on the hot path of every
         # generated token and the vocabulary never changes.

@@ -21,6 +21,20 @@ class NativeCompletionRequest(SamplingFields):
     return_tokens: bool = False
 
 
+class InfillExtra(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    filename: str = ""
+    text: str = ""
+
+
+class InfillRequest(NativeCompletionRequest):
+    input_prefix: str = ""
+    input_suffix: str = ""
+    input_extra: list[InfillExtra] = Field(default_factory=list, max_length=1024)
+    prompt: str = ""  # type: ignore[assignment]  # text after the cursor hint, appended after FIM_MID
+
+
 class TokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 

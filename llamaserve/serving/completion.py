@@ -25,6 +25,7 @@ def build_request(rt: ModelRuntime, req: SamplingFields, tokens: list[int], *, n
                   stop: str | list[str] | None, grammar: str | None = None,
                   n_probs: int = -1) -> GenerationRequest:
     """Engine request from the shared fields; checks the prompt fits a slot."""
+    rt.require_generation()
     if not tokens:
         raise APIError("the prompt is empty")
     if len(tokens) >= rt.n_ctx_slot:
@@ -92,6 +93,37 @@ async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> lis
     return out
 
 
+async def infill_request(rt: ModelRuntime, req: Any) -> tuple[GenerationRequest, str]:
+    """Fill-in-the-middle with the model's FIM tokens (Qwen2.5-Coder / StarCoder layout).
+
+    Repository files from input_extra come first, each opened by FIM_SEP (or
+    FIM_REP for the first when the model has it) and its file name; then
+    FIM_PRE prefix FIM_SUF suffix FIM_MID, then `prompt`.
+    """
+    fim = rt.model.fim_tokens()
+    if min(fim["pre"], fim["suf"], fim["mid"]) < 0:
+        raise APIError("the model has no fill-in-the-middle tokens (FIM_PRE, FIM_SUF, FIM_MID)")
+    model = rt.model
+
+    def tok(text: str) -> list[int]:
+        return model.tokenize(text, add_special=False, parse_special=False)
+
+    tokens: list[int] = []
+    if req.input_extra:
+        if fim["rep"] >= 0:
+            tokens += [fim["rep"]] + tok("project\n")
+        for chunk in req.input_extra:
+            tokens += ([fim["sep"]] if fim["sep"] >= 0 else []) + tok(f"{chunk.filename}\n{chunk.text}")
+        if fim["sep"] >= 0:
+            tokens += [fim["sep"]] + tok("current\n")
+    tokens += [fim["pre"]] + tok(req.input_prefix) + [fim["suf"]] + tok(req.input_suffix) + [fim["mid"]]
+    tokens += tok(req.prompt)
+    grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema)
+    job = build_request(rt, req, tokens, n_predict=None, stop=req.stop, grammar=grammar,
+                        n_probs=req.n_probs if req.n_probs else -1)
+    return job, model.detokenize(tokens, special=True)
+
+
 def _native_final(rt: ModelRuntime, job: GenerationRequest, index: int, result: generate.Completion,
                   prompt: str, return_tokens: bool) -> dict[str, Any]:
     fin = result.done
@@ -118,7 +150,7 @@ def _native_final(rt: ModelRuntime, job: GenerationRequest, index: int, result: 
     return body
 
 
-async def native_complete(rt: ModelRuntime, req: NativeCompletionRequest,
+async def native_complete(rt: ModelRuntime, req: Any,
                           jobs: list[tuple[GenerationRequest, str]]) -> dict[str, Any] | list[dict[str, Any]]:
     results = await asyncio.gather(*(generate.complete(rt.engine, [job]) for job, _ in jobs))
     bodies = [_native_final(rt, job, i, res[0], text, req.return_tokens)
@@ -126,7 +158,7 @@ async def native_complete(rt: ModelRuntime, req: NativeCompletionRequest,
     return bodies[0] if len(bodies) == 1 else bodies
 
 
-async def native_stream(rt: ModelRuntime, req: NativeCompletionRequest, job: GenerationRequest, prompt: str,
+async def native_stream(rt: ModelRuntime, req: Any, job: GenerationRequest, prompt: str,
                         events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[bytes]:
     n = 0
     async for _, event in events:

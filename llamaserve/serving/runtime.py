@@ -19,7 +19,9 @@ from llamaserve.config import ConfigError, ServerConfig
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.runner import LlamaRunner
 from llamaserve.engine.scheduler import Scheduler
+from llamaserve.api.errors import APIError
 from llamaserve.llama.context import Context, ContextSettings
+from llamaserve.llama.embed import Embedder
 from llamaserve.llama.model import Model, ModelInfo
 
 log = logging.getLogger("llamaserve")
@@ -40,6 +42,13 @@ class ModelRuntime:
     created: int = field(default_factory=lambda: int(time.time()))
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     ui_settings: dict[str, Any] = field(default_factory=dict)
+    embedder: Embedder | None = None
+
+    def require_generation(self) -> None:
+        """Embedding and reranking servers do not generate, as in llama-server."""
+        if self.embedder is not None:
+            raise APIError("This server does not support completions. Start it without `--embeddings`",
+                           "not_supported_error")
 
     @property
     def n_ctx_slot(self) -> int:
@@ -104,7 +113,7 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
         n_threads_batch=config.effective_threads_batch,
         kv_unified=config.effective_kv_unified,
         embeddings=config.embedding or config.reranking,
-        pooling=config.pooling,
+        pooling="rank" if config.reranking else config.pooling,
         flash_attn=config.flash_attn,
     )
     context = Context(model, settings)
@@ -126,7 +135,8 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
              time.perf_counter() - t0, info.description, n_slots, context.n_ctx_seq)
     return ModelRuntime(config=config, model=model, context=context, scheduler=scheduler,
                         engine=EngineClient(scheduler), template=template, template_source=source,
-                        info=info, chat_template_kwargs=kwargs, ui_settings=ui_settings)
+                        info=info, chat_template_kwargs=kwargs, ui_settings=ui_settings,
+                        embedder=Embedder(context) if settings.embeddings else None)
 
 
 @dataclass

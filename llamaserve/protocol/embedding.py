@@ -1,0 +1,35 @@
+"""Request models for embeddings and reranking."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    input: str | list[str] | list[int] | list[list[int]]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+
+
+class NativeEmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    content: str | list[Any] | None = None
+    input: str | list[Any] | None = None
+    embd_normalize: int = Field(2, ge=-1, le=100)
+
+
+class RerankRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    query: str
+    documents: list[str | dict[str, Any]] | None = None
+    texts: list[str] | None = None  # the TEI form
+    top_n: int | None = Field(None, ge=1)
+    return_text: bool = False
+    model: str | None = None

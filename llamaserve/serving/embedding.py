@@ -1,0 +1,132 @@
+"""Embeddings (/v1/embeddings, /embedding) and reranking (/v1/rerank and aliases)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+
+from llamaserve.api.errors import APIError
+from llamaserve.llama.embed import EmbedError, normalize
+from llamaserve.protocol.embedding import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
+from llamaserve.serving.params import check_tokens
+from llamaserve.serving.runtime import ModelRuntime
+
+MAX_INPUTS = 2048
+
+
+def _embedder(rt: ModelRuntime, *, rerank: bool = False) -> Any:
+    if rt.embedder is None or (rerank and not rt.config.reranking):
+        flag = "--reranking" if rerank else "--embedding"
+        raise APIError(f"This server does not support {'reranking' if rerank else 'embeddings'}. "
+                       f"Start it with `{flag}`", "not_supported_error")
+    return rt.embedder
+
+
+def _inputs(rt: ModelRuntime, raw: Any) -> list[list[int]]:
+    """A string, a list of strings, a token array, or a list of token arrays."""
+    if isinstance(raw, str):
+        items: list[Any] = [raw]
+    elif isinstance(raw, list) and raw and all(isinstance(t, int) and not isinstance(t, bool) for t in raw):
+        items = [raw]
+    elif isinstance(raw, list):
+        items = raw
+    else:
+        raise APIError("input: expected a string, a list of strings, or token arrays")
+    if not items:
+        raise APIError("input: must not be empty")
+    if len(items) > MAX_INPUTS:
+        raise APIError(f"input: at most {MAX_INPUTS} items")
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            out.append(rt.model.tokenize(item, add_special=True, parse_special=False))
+        elif isinstance(item, list):
+            out.append(check_tokens(rt.model, item))
+        else:
+            raise APIError(f"input[{i}]: expected a string or a token array")
+    return out
+
+
+async def _embed(rt: ModelRuntime, inputs: list[list[int]]) -> list[np.ndarray]:
+    embedder = _embedder(rt)
+    try:
+        for tokens in inputs:
+            embedder.check(tokens)
+        return await rt.engine.call(lambda: embedder.embed(inputs))
+    except EmbedError as exc:
+        raise APIError(str(exc)) from None
+
+
+def _usage(inputs: list[list[int]]) -> dict[str, int]:
+    n = sum(len(t) for t in inputs)
+    return {"prompt_tokens": n, "total_tokens": n}
+
+
+async def openai_embeddings(rt: ModelRuntime, req: EmbeddingRequest) -> dict[str, Any]:
+    if not _embedder(rt).pooled:
+        raise APIError("Pooling type 'none' is not OAI compatible. Please use a different pooling type")
+    inputs = _inputs(rt, req.input)
+    vectors = await _embed(rt, inputs)
+    data = []
+    for i, vec in enumerate(vectors):
+        unit = normalize(vec, 2)
+        if req.encoding_format == "base64":
+            value: Any = base64.b64encode(unit.astype("<f4").tobytes()).decode()
+        else:
+            value = unit.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": value})
+    return {"object": "list", "data": data, "model": req.model or rt.alias, "usage": _usage(inputs)}
+
+
+async def native_embeddings(rt: ModelRuntime, req: NativeEmbeddingRequest) -> list[dict[str, Any]]:
+    raw = req.content if req.content is not None else req.input
+    if raw is None:
+        raise APIError("content: required")
+    inputs = _inputs(rt, raw)
+    vectors = await _embed(rt, inputs)
+    out = []
+    for i, vec in enumerate(vectors):
+        if vec.ndim == 1:
+            rows = [normalize(vec, req.embd_normalize).tolist()]
+        else:
+            rows = [normalize(row, req.embd_normalize).tolist() for row in vec]
+        out.append({"index": i, "embedding": rows})
+    return out
+
+
+def _pair_tokens(rt: ModelRuntime, query: str, doc: str) -> list[int]:
+    """[CLS] query [SEP] doc [SEP]: the cross-encoder input llama.cpp's rerankers expect."""
+    model = rt.model
+    q = model.tokenize(query, add_special=True, parse_special=False)
+    d = model.tokenize(doc, add_special=False, parse_special=False)
+    sep = model.sep if model.sep >= 0 else model.eos
+    return q + d + ([sep] if sep >= 0 else [])
+
+
+async def rerank(rt: ModelRuntime, req: RerankRequest) -> tuple[bool, Any]:
+    """(TEI form?, body). The TEI form (request with `texts`) answers a bare array."""
+    embedder = _embedder(rt, rerank=True)
+    documents = req.documents if req.documents is not None else req.texts
+    if documents is None:
+        raise APIError("documents: required")
+    if not documents:
+        raise APIError("documents: must not be empty")
+    if len(documents) > MAX_INPUTS:
+        raise APIError(f"documents: at most {MAX_INPUTS}")
+    texts = [d if isinstance(d, str) else str(d.get("text", "")) for d in documents]
+    inputs = [_pair_tokens(rt, req.query, t) for t in texts]
+    try:
+        for tokens in inputs:
+            embedder.check(tokens)
+        scores = await rt.engine.call(lambda: embedder.embed(inputs))
+    except EmbedError as exc:
+        raise APIError(str(exc)) from None
+    ranked = sorted(((float(s[0]), i) for i, s in enumerate(scores)), key=lambda p: -p[0])
+    top = ranked[: req.top_n] if req.top_n is not None else ranked
+    if req.texts is not None and req.documents is None:
+        return True, [{"index": i, "score": s, **({"text": texts[i]} if req.return_text else {})} for s, i in top]
+    results = [{"index": i, "relevance_score": s, **({"document": {"text": texts[i]}} if req.return_text else {})}
+               for s, i in top]
+    return False, {"model": req.model or rt.alias, "object": "list", "usage": _usage(inputs), "results": results}
