@@ -41,6 +41,9 @@ class PlanRow:
     start_pos: int
     samplers: list[Sampler] = field(default_factory=list)
     n_probs: int = -1
+    # When set, every row's logits are kept and scored against these tokens
+    # (the prompt token that follows each row): prompt log-probabilities.
+    targets: list[int] | None = None
 
 
 @dataclass
@@ -55,6 +58,7 @@ class StepResult:
 
     samples: list[list[Sample]]
     error: str | None = None
+    prompt_logprobs: list[list[TokenLogprob]] = field(default_factory=list)  # per row, when targets were set
 
 
 class Runner(Protocol):
@@ -94,8 +98,9 @@ class LlamaRunner:
         for row in plan:
             last = len(row.tokens) - 1
             wants = bool(row.samplers)
+            every = row.targets is not None
             for i, tok in enumerate(row.tokens):
-                rows.append((tok, row.start_pos + i, row.seq_id, wants and i == last))
+                rows.append((tok, row.start_pos + i, row.seq_id, every or (wants and i == last)))
             sample_at.append(len(rows) - 1)
         code = self.context.decode(rows)
         if code != 0:
@@ -110,7 +115,13 @@ class LlamaRunner:
                 lp = token_logprob(ctx, index, n_vocab, token, row.n_probs) if row.n_probs >= 0 else None
                 drawn.append(Sample(token, lp))
             samples.append(drawn)
-        return StepResult(samples)
+        prompt_lps: list[list[TokenLogprob]] = []
+        for row, last_index in zip(plan, sample_at):
+            first = last_index - len(row.tokens) + 1
+            k = max(row.n_probs, 0)
+            prompt_lps.append([token_logprob(ctx, first + i, n_vocab, target, k)
+                               for i, target in enumerate(row.targets or [])])
+        return StepResult(samples, prompt_logprobs=prompt_lps)
 
     def seq_copy(self, src: int, dst: int) -> None:
         self.context.seq_copy(src, dst, -1, -1)

@@ -140,8 +140,10 @@ class Scheduler:
             return
         now = time.perf_counter()
         outbox: dict[int, tuple[EventSink, list[Event]]] = {}
-        for row, slot, samples in zip(plan, planned, result.samples):
+        prompt_lps = result.prompt_logprobs or [[] for _ in plan]
+        for row, slot, samples, scored in zip(plan, planned, result.samples, prompt_lps):
             slot.cache_tokens.extend(row.tokens)
+            slot.prompt_logprobs += scored
             followers: list[Slot] = []
             if slot.state is SlotState.PREFILL and slot.prompt_remaining == 0:
                 slot.t_prompt_done = now
@@ -257,7 +259,9 @@ class Scheduler:
                 kind="exceed_context_size_error",
                 extra={"n_prompt_tokens": len(prompt), "n_ctx": slot.n_ctx})])
             return False
-        keep = common_prefix_length(slot.cache_tokens, prompt) if req.cache_prompt else 0
+        # Scoring the prompt needs the logits of every prompt position: nothing can be reused.
+        reuse = req.cache_prompt and not req.prompt_logprobs
+        keep = common_prefix_length(slot.cache_tokens, prompt) if reuse else 0
         keep = min(keep, len(prompt) - 1)  # the last prompt token is decoded again for its logits
         if keep < len(slot.cache_tokens):
             self.runner.seq_remove(slot.id, keep, -1)
@@ -311,11 +315,14 @@ class Scheduler:
             if budget <= 0:
                 break
             start = slot.n_past
-            chunk = slot.prompt[start:start + budget]
+            scoring = slot.task is not None and slot.task.request.prompt_logprobs
+            # Keeping every row's logits costs a vocabulary-sized row each: smaller chunks.
+            chunk = slot.prompt[start:start + (min(budget, 64) if scoring else budget)]
             last_chunk = start + len(chunk) == len(slot.prompt)
             samplers = [slot.sampler, *(f.sampler for f in slot.followers)] if last_chunk else []
             n_probs = slot.task.request.n_probs if slot.task else -1
-            plan.append(PlanRow(slot.id, chunk, start, samplers, n_probs))  # type: ignore[arg-type]
+            targets = slot.prompt[start + 1:start + len(chunk) + 1] if scoring else None
+            plan.append(PlanRow(slot.id, chunk, start, samplers, n_probs, targets))  # type: ignore[arg-type]
             planned.append(slot)
             budget -= len(chunk)
         return plan, planned
@@ -328,6 +335,9 @@ class Scheduler:
         req = task.request
         token = sample.token
         events = outbox.setdefault(task.id, (task.sink, []))[1]
+        if req.n_predict == 0:  # only the prompt was wanted (e.g. scored with echo)
+            events.append(self._finish(slot, "limit", now))
+            return
         slot.generated.append(token)
         slot.t_last_token = now
         stop_type = ""
@@ -388,6 +398,7 @@ class Scheduler:
             id_slot=slot.id,
             truncated=False,
             all_tokens=list(slot.generated),
+            prompt_logprobs=slot.prompt_logprobs,
         )
         self._release(slot)
         return finished

@@ -72,6 +72,7 @@ class Slot:
         self.unsent_tokens: list[int] = []
         self.unsent_logprobs: list[TokenLogprob] = []
         self.followers: list[Slot] = []  # slots of the other n > 1 choices sharing this prompt
+        self.prompt_logprobs: list[TokenLogprob] = []
         self.stream = TextStream()
         self.t_start = 0.0
         self.t_prompt_done = 0.0

@@ -24,6 +24,8 @@ class GenerationRequest:
     t_max_predict_ms: int = 0
     n_keep: int = 0
     n_probs: int = -1  # -1: no log-probabilities; k >= 0: the chosen token's plus the top k
+    prompt_logprobs: bool = False  # also score every prompt token (legacy completions' echo)
+    echo_text: str = ""  # prompt text the answer starts with (legacy completions' echo)
 
 
 @dataclass
@@ -79,6 +81,7 @@ class Finished:
     id_slot: int
     truncated: bool = False
     all_tokens: list[int] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # for prompt tokens 1..n-1
 
 
 @dataclass

@@ -178,8 +178,8 @@ async def native_stream(rt: ModelRuntime, req: Any, job: GenerationRequest, prom
 # ------------------------------------------------------------------- OpenAI
 async def oai_requests(rt: ModelRuntime, req: CompletionRequest) -> list[list[GenerationRequest]]:
     """One list of n choices per prompt."""
-    if req.echo:
-        raise APIError("echo is not supported")
+    if req.echo and req.stream:
+        raise APIError("echo is not supported with stream")
     if req.suffix:
         raise APIError("suffix is not supported on /v1/completions; use /infill")
     grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema,
@@ -193,6 +193,9 @@ async def oai_requests(rt: ModelRuntime, req: CompletionRequest) -> list[list[Ge
         tokens = prompt_tokens(rt.model, prompt)
         job = build_request(rt, req, tokens, n_predict=req.max_tokens, stop=req.stop, grammar=grammar,
                             n_probs=n_probs)
+        if req.echo:
+            # Evaluation harnesses score prompts this way: echo + logprobs (often max_tokens 0).
+            job = replace(job, prompt_logprobs=n_probs >= 0, echo_text=rt.model.detokenize(tokens, special=True))
         groups.append(choices(rt, job, req.n))
     return groups
 
@@ -203,7 +206,12 @@ def _oai_envelope(rt: ModelRuntime) -> dict[str, Any]:
 
 
 def _legacy_logprobs(rt: ModelRuntime, job: GenerationRequest, result: generate.Completion) -> Any:
-    return logprobs.legacy(rt.model, result.logprobs) if job.n_probs >= 0 else None
+    if job.n_probs < 0:
+        return None
+    if job.prompt_logprobs:
+        scored: list[Any] = [job.prompt_tokens[0], *result.done.prompt_logprobs, *result.logprobs]
+        return logprobs.legacy(rt.model, scored)
+    return logprobs.legacy(rt.model, result.logprobs)
 
 
 async def oai_complete(rt: ModelRuntime, groups: list[list[GenerationRequest]]) -> dict[str, Any]:
@@ -213,7 +221,7 @@ async def oai_complete(rt: ModelRuntime, groups: list[list[GenerationRequest]]) 
     finished = []
     for group, res in zip(groups, results):
         for job, r in zip(group, res):
-            body["choices"].append({"text": r.text, "index": len(body["choices"]),
+            body["choices"].append({"text": job.echo_text + r.text, "index": len(body["choices"]),
                                     "logprobs": _legacy_logprobs(rt, job, r),
                                     "finish_reason": generate.finish_reason(r.done)})
         finished.append([r.done for r in res])

@@ -39,15 +39,26 @@ def native(model: Model, items: list[TokenLogprob]) -> list[dict[str, Any]]:
     return out
 
 
-def legacy(model: Model, items: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
-    """`choices[].logprobs` of /v1/completions: parallel arrays plus text offsets."""
-    tokens, values, tops, offsets = [], [], [], []
+def legacy(model: Model, items: list[TokenLogprob | int], offset: int = 0) -> dict[str, Any]:
+    """`choices[].logprobs` of /v1/completions: parallel arrays plus text offsets.
+
+    A bare token id (the first prompt token when echoing) has no log-probability: null.
+    """
+    tokens: list[str] = []
+    values: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    offsets: list[int] = []
     pos = offset
     for lp in items:
-        text, _ = _text(model, lp.token)
+        if isinstance(lp, int):
+            text, _ = _text(model, lp)
+            values.append(None)
+            tops.append(None)
+        else:
+            text, _ = _text(model, lp.token)
+            values.append(lp.logprob)
+            tops.append({_text(model, t)[0]: v for t, v in lp.top})
         tokens.append(text)
-        values.append(lp.logprob)
-        tops.append({_text(model, t)[0]: v for t, v in lp.top})
         offsets.append(pos)
         pos += len(text)
     return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}

@@ -188,3 +188,22 @@ def test_unusable_response_format_is_400_not_unconstrained(client: openai.OpenAI
         client.chat.completions.create(model="m", messages=ask("x"), max_tokens=2, response_format={
             "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "not": {"type": "null"}}}})
     assert "not" in str(e.value)
+
+
+def test_echo_returns_prompt_logprobs(client: openai.OpenAI, base_url: str) -> None:
+    prompt = "The quick brown fox jumps over the lazy dog"
+    n_prompt = len(HTTP.post(f"{base_url}/tokenize", json={"content": prompt}).json()["tokens"])
+    r = client.completions.create(model="m", prompt=prompt, max_tokens=0, echo=True, logprobs=1, temperature=0)
+    lp = r.choices[0].logprobs
+    assert r.choices[0].text == prompt
+    assert lp is not None and len(lp.tokens) == n_prompt  # type: ignore[arg-type]
+    assert lp.token_logprobs[0] is None and all(v <= 0 for v in lp.token_logprobs[1:])  # type: ignore[index,operator]
+    assert "".join(lp.tokens) == prompt  # type: ignore[arg-type]
+    # a likely continuation scores higher than an unlikely one
+    def score(text: str) -> float:
+        out = client.completions.create(model="m", prompt=text, max_tokens=0, echo=True, logprobs=0)
+        return sum(out.choices[0].logprobs.token_logprobs[1:])  # type: ignore[union-attr,arg-type,index]
+    assert score("The capital of France is Paris") > score("The capital of France is banana")
+    gen = client.completions.create(model="m", prompt=prompt, max_tokens=3, echo=True, logprobs=2, temperature=0)
+    assert gen.choices[0].text.startswith(prompt)
+    assert len(gen.choices[0].logprobs.tokens) == n_prompt + gen.usage.completion_tokens  # type: ignore[union-attr]
