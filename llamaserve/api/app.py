@@ -327,6 +327,8 @@ def create_app(state: ServerState) -> FastAPI:
             return await stream_events(request, events, lambda ev: chat.chat_stream(rt, req, jobs, ev))
         return _with_usage(request, await until_disconnect(request, chat.chat_complete(rt, jobs)))
 
+    from llamaserve.api.routes_extra import extra_routes  # imported here: it imports this module
+    app.include_router(extra_routes(state, runtime))
     if config.static_path:
         from starlette.staticfiles import StaticFiles
 

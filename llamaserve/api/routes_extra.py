@@ -1,0 +1,112 @@
+"""Anthropic Messages and OpenAI Responses routes.
+
+Both translate to the chat pipeline (serving/messages.py, serving/responses.py).
+The Anthropic routes answer every error, body-parse and validation errors
+included, in Anthropic's envelope `{"type": "error", "error": {"type", "message"}}`
+and send mid-stream failures as `event: error`; they catch errors themselves
+because the app's global handler speaks the OpenAI envelope. The Responses
+routes use the app's (OpenAI-shaped) handler.
+
+Anthropic clients send `x-api-key` and `anthropic-version`; neither is
+required or rejected here (auth is the app's concern).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from llamaserve.api.app import JSONUTF8Response, read_json, stream_events
+from llamaserve.api.errors import APIError
+from llamaserve.api.sse import ClientGone, until_disconnect
+from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
+from llamaserve.protocol.responses import ResponsesRequest
+from llamaserve.serving import chat, generate
+from llamaserve.serving import messages as msgs
+from llamaserve.serving import responses as resp
+from llamaserve.serving.runtime import ModelRuntime, ServerState
+
+log = logging.getLogger("llamaserve.http")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def anthropic_errors(handler: Handler) -> Handler:
+    """Every failure of an Anthropic route as Anthropic's error envelope."""
+
+    @functools.wraps(handler)
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except APIError as exc:
+            return JSONUTF8Response(exc.anthropic_body(), status_code=exc.status)
+        except ClientGone:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- the client still gets its envelope
+            log.exception("unhandled error on %s", request.url.path)
+            error = APIError(f"internal error: {type(exc).__name__}", "server_error")
+            return JSONUTF8Response(error.anthropic_body(), status_code=500)
+
+    return wrapped
+
+
+def _note_tokens(request: Request, prompt: int, cached: int, predicted: int) -> None:
+    """Token counts for the access log (streams are counted by stream_events)."""
+    request.state.tokens = (prompt, cached, predicted)
+
+
+def extra_routes(state: ServerState, runtime_fn: Callable[[], ModelRuntime]) -> APIRouter:
+    router = APIRouter()
+
+    # ------------------------------------------------ Anthropic Messages
+    @router.post("/v1/messages")
+    @anthropic_errors
+    async def create_message(request: Request) -> Response:
+        rt = runtime_fn()
+        req = await read_json(request, MessagesRequest)
+        jobs = await chat.chat_request(rt, msgs.to_chat_request(req))
+        tap = msgs.FinishTap(rt.engine)
+        if req.stream:
+            events = generate.stream(rt.engine, jobs)
+            return await stream_events(request, events, lambda ev: msgs.message_stream(rt, req, jobs, tap, ev),
+                                       error_frame=msgs.error_event)
+        body = await until_disconnect(request, msgs.create_message(rt, req, jobs, tap))
+        fin = tap.finished.get(0)
+        if fin is not None:
+            _note_tokens(request, fin.n_prompt_tokens, fin.n_cached, fin.n_predicted)
+        return JSONUTF8Response(body)
+
+    @router.post("/v1/messages/count_tokens")
+    @anthropic_errors
+    async def count_tokens(request: Request) -> Response:
+        rt = runtime_fn()
+        req = await read_json(request, CountTokensRequest)
+        return JSONUTF8Response(msgs.count_tokens(rt, req))
+
+    # ------------------------------------------------- OpenAI Responses
+    @router.post("/v1/responses")
+    @router.post("/responses")
+    async def create_response(request: Request) -> Response:
+        rt = runtime_fn()
+        req = await read_json(request, ResponsesRequest)
+        jobs = await chat.chat_request(rt, resp.to_chat_request(req))
+        if req.stream:
+            events = generate.stream(rt.engine, jobs)
+            return await stream_events(request, events, lambda ev: resp.response_stream(rt, req, jobs, ev))
+        body = await until_disconnect(request, resp.create_response(rt, req, jobs))
+        usage = body["usage"]
+        _note_tokens(request, usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"],
+                     usage["output_tokens"])
+        return JSONUTF8Response(body)
+
+    @router.post("/v1/responses/input_tokens")
+    async def response_input_tokens(request: Request) -> Response:
+        rt = runtime_fn()
+        req = await read_json(request, ResponsesRequest)
+        return JSONUTF8Response(resp.input_tokens(rt, req))
+
+    return router

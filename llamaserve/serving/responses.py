@@ -1,0 +1,547 @@
+"""OpenAI Responses (stateless) over the chat pipeline.
+
+The request's instructions and input items become chat messages (function
+calls → assistant tool_calls, their outputs → tool messages, reasoning →
+reasoning_content of the next assistant turn), flat function tools become
+OpenAI chat tools, text.format becomes response_format. The OpenAI-shaped
+chat result is re-shaped into a Response object or the Responses event
+stream (sequence_number on every event).
+
+Nothing is stored: previous_response_id and conversation are refused with a
+400, as llama-server does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from llamaserve.api.errors import APIError
+from llamaserve.api.sse import named_event
+from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
+from llamaserve.protocol.openai import ChatCompletionRequest
+from llamaserve.protocol.responses import ResponsesRequest
+from llamaserve.serving import chat
+from llamaserve.serving.chat import ChatChunk
+from llamaserve.serving.messages import build_chat_request, count_prompt_tokens, forwarded_fields, new_id
+from llamaserve.serving.runtime import ModelRuntime
+
+Events = list[tuple[str, dict[str, Any]]]
+TokenCounter = Callable[[str], int]
+
+_OWN_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
+               "max_output_tokens", "text", "reasoning", "stream", "previous_response_id", "conversation",
+               "background", "metadata", "temperature", "top_p", "store", "include", "truncation", "user",
+               "prompt_cache_key", "safety_identifier", "service_tier", "top_logprobs", "prompt",
+               "max_tool_calls", "stream_options"}
+
+_TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
+
+
+# ---------------------------------------------------------------- request
+def _part_text(part: Any, where: str) -> str:
+    if not isinstance(part, dict):
+        raise APIError(f"{where}: a content part must be an object")
+    kind = part.get("type")
+    if kind in _TEXT_PARTS:
+        text = part.get("text", part.get("refusal"))
+        if not isinstance(text, str):
+            raise APIError(f"{where}: a '{kind}' part needs a string 'text'")
+        return text
+    if kind in ("input_image", "input_file", "input_audio"):
+        raise APIError(f"{where}: '{kind}' input is not supported: the loaded model has no multimodal projector "
+                       "(llama-server needs --mmproj for images and audio)")
+    raise APIError(f"{where}: unsupported content part type '{kind}'")
+
+
+def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise APIError(f"{where}: expected a string or a list of content parts")
+    texts = [_part_text(p, f"{where}.{k}") for k, p in enumerate(content)]
+    if len(texts) == 1:
+        return texts[0]
+    return [{"type": "text", "text": t} for t in texts]
+
+
+def _output_text(output: Any, where: str) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return "\n".join(_part_text(p, f"{where}.{k}") for k, p in enumerate(output))
+    raise APIError(f"{where}: expected a string or a list of content parts")
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    texts = [c.get("text", "") for c in item.get("content") or [] if isinstance(c, dict)]
+    if not any(texts):
+        texts = [s.get("text", "") for s in item.get("summary") or [] if isinstance(s, dict)]
+    return "\n".join(t for t in texts if isinstance(t, str) and t)
+
+
+def _input_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    reasoning: list[str] = []
+
+    def assistant_turn() -> dict[str, Any]:
+        # Function calls join the assistant message just before them (text, then calls).
+        last = messages[-1] if messages else None
+        if last is None or last["role"] != "assistant":
+            last = {"role": "assistant", "content": None}
+            messages.append(last)
+        if reasoning:
+            last["reasoning_content"] = "\n".join(reasoning)
+            reasoning.clear()
+        return last
+
+    for i, item in enumerate(items):
+        where = f"input.{i}"
+        if not isinstance(item, dict):
+            raise APIError(f"{where}: an input item must be an object")
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise APIError(f"{where}.role: expected user, assistant, system or developer")
+            content = _content(item.get("content", ""), f"{where}.content")
+            if role == "assistant":
+                text = content if isinstance(content, str) else "\n".join(p["text"] for p in content)
+                message: dict[str, Any] = {"role": "assistant", "content": text}
+                if reasoning:
+                    message["reasoning_content"] = "\n".join(reasoning)
+                    reasoning.clear()
+                messages.append(message)
+            else:
+                messages.append({"role": "system" if role == "developer" else role, "content": content})
+        elif kind == "function_call":
+            name, call_id = item.get("name"), item.get("call_id")
+            if not isinstance(name, str) or not name:
+                raise APIError(f"{where}: a function_call item needs a 'name'")
+            if not isinstance(call_id, str) or not call_id:
+                raise APIError(f"{where}: a function_call item needs a 'call_id'")
+            arguments = item.get("arguments", "{}")
+            if not isinstance(arguments, str):
+                raise APIError(f"{where}.arguments: expected a JSON string")
+            turn = assistant_turn()
+            turn.setdefault("tool_calls", []).append(
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise APIError(f"{where}: a function_call_output item needs a 'call_id'")
+            messages.append({"role": "tool", "tool_call_id": call_id,
+                             "content": _output_text(item.get("output", ""), f"{where}.output")})
+        elif kind == "reasoning":
+            text = _reasoning_text(item)
+            if text:
+                reasoning.append(text)
+        elif kind == "item_reference":
+            raise APIError(f"{where}: item_reference is not supported: this server is stateless and stores "
+                           "no items; send the full items instead")
+        else:
+            raise APIError(f"{where}: input items of type '{kind}' are not supported")
+    for m in messages:
+        if m["role"] == "assistant" and m.get("content") is None and not m.get("tool_calls"):
+            m["content"] = ""
+    return messages
+
+
+def _tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            raise APIError(f"tools.{i}: tools of type '{kind}' are not supported; only 'function' tools are")
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise APIError(f"tools.{i}: a function tool needs a 'name'")
+        function: dict[str, Any] = {"name": name,
+                                    "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+        if tool.get("description"):
+            function["description"] = tool["description"]
+        if tool.get("strict") is not None:
+            function["strict"] = tool["strict"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
+    if isinstance(choice, str):
+        if choice not in ("auto", "none", "required"):
+            raise APIError("tool_choice: expected 'auto', 'none', 'required' or a function")
+        return choice
+    kind = choice.get("type")
+    if kind == "function":
+        name = choice.get("name") or (choice.get("function") or {}).get("name")
+        if not isinstance(name, str) or not name:
+            raise APIError("tool_choice: a function choice needs a 'name'")
+        return {"type": "function", "function": {"name": name}}
+    if kind in ("auto", "none", "required"):
+        return kind
+    raise APIError(f"tool_choice: type '{kind}' is not supported")
+
+
+def _response_format(text: dict[str, Any]) -> dict[str, Any] | None:
+    fmt = text.get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise APIError("text.format: expected an object")
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        if "schema" not in fmt:
+            raise APIError("text.format.schema is required for type 'json_schema'")
+        spec = {"name": fmt.get("name", "response"), "schema": fmt["schema"]}
+        if fmt.get("strict") is not None:
+            spec["strict"] = fmt["strict"]
+        return {"type": "json_schema", "json_schema": spec}
+    raise APIError(f"text.format.type: unsupported value '{kind}' (use text, json_object or json_schema)")
+
+
+def check_stateless(req: ResponsesRequest) -> None:
+    if req.previous_response_id is not None:
+        raise APIError("previous_response_id is not supported: this server is stateless and stores no "
+                       "responses; send the whole conversation in 'input'")
+    if req.conversation is not None:
+        raise APIError("conversation is not supported: this server is stateless; send the whole conversation "
+                       "in 'input'")
+    if req.background:
+        raise APIError("background responses are not supported: this server is stateless")
+
+
+def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
+    """The OpenAI chat request equivalent to a Responses request."""
+    check_stateless(req)
+    data = forwarded_fields(req, _OWN_FIELDS)
+    messages: list[dict[str, Any]] = []
+    if req.instructions:
+        messages.append({"role": "system", "content": req.instructions})
+    if isinstance(req.input, str):
+        messages.append({"role": "user", "content": req.input})
+    else:
+        messages += _input_messages(req.input)
+    if not messages:
+        raise APIError("input: at least one input item is required")
+    data.update(model=req.model, messages=messages, n=1, stream=req.stream)
+    for name in ("temperature", "top_p"):
+        value = getattr(req, name)
+        if value is not None:
+            data[name] = value
+    if req.max_output_tokens is not None:
+        data["max_tokens"] = req.max_output_tokens
+    if req.tools:
+        data["tools"] = _tools(req.tools)
+    if req.tool_choice is not None:
+        data["tool_choice"] = _tool_choice(req.tool_choice)
+    if req.parallel_tool_calls is not None:
+        data["parallel_tool_calls"] = req.parallel_tool_calls
+    if req.text:
+        fmt = _response_format(req.text)
+        if fmt is not None:
+            data["response_format"] = fmt
+    effort = (req.reasoning or {}).get("effort")
+    if effort is not None:
+        data["reasoning_effort"] = effort
+        kwargs = dict(data.get("chat_template_kwargs") or {})
+        kwargs.setdefault("enable_thinking", effort != "none")
+        data["chat_template_kwargs"] = kwargs
+    return build_chat_request(data)
+
+
+
+# --------------------------------------------------------------- response
+def usage(oai: dict[str, Any], reasoning_tokens: int = 0) -> dict[str, Any]:
+    prompt = int(oai.get("prompt_tokens", 0))
+    completion = int(oai.get("completion_tokens", 0))
+    return {"input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": int((oai.get("prompt_tokens_details") or {})
+                                                          .get("cached_tokens", 0))},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": min(reasoning_tokens, completion)},
+            "total_tokens": prompt + completion}
+
+
+def envelope(model: str, req: ResponsesRequest, resp_id: str | None = None,
+             created_at: int | None = None) -> dict[str, Any]:
+    """The Response object without its outcome (status, output, usage)."""
+    fmt = (req.text or {}).get("format") or {"type": "text"}
+    reasoning = req.reasoning or {}
+    return {
+        "id": resp_id or new_id("resp_"),
+        "object": "response",
+        "created_at": created_at if created_at is not None else int(time.time()),
+        "status": "in_progress",
+        "background": False,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": req.instructions,
+        "max_output_tokens": req.max_output_tokens,
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
+        "previous_response_id": None,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "store": False,
+        "temperature": req.temperature,
+        "text": {"format": fmt},
+        "tool_choice": req.tool_choice if req.tool_choice is not None else "auto",
+        "tools": req.tools or [],
+        "top_p": req.top_p,
+        "truncation": "disabled",
+        "usage": None,
+        "metadata": req.metadata or {},
+    }
+
+
+def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    return {"id": item_id, "type": "message", "status": status, "role": "assistant",
+            "content": [_text_part(text)]}
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    return {"id": item_id, "type": "reasoning", "status": status, "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}]}
+
+
+def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
+            "arguments": arguments}
+
+
+def finish(body: dict[str, Any], output: list[dict[str, Any]], finish_reason: str | None,
+           oai_usage: dict[str, Any], reasoning_tokens: int = 0) -> dict[str, Any]:
+    """body completed with its outcome; truncation makes it 'incomplete'."""
+    incomplete = finish_reason == "length"
+    body = dict(body)
+    body.update(status="incomplete" if incomplete else "completed", output=output,
+                incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
+                usage=usage(oai_usage, reasoning_tokens))
+    body["output_text"] = "".join(part["text"] for item in output if item["type"] == "message"
+                                  for part in item["content"] if part["type"] == "output_text")
+    return body
+
+
+def output_items(message: dict[str, Any], finish_reason: str | None) -> list[dict[str, Any]]:
+    """An OpenAI assistant message as Responses output items: reasoning, message, function calls."""
+    items: list[dict[str, Any]] = []
+    last_status = "incomplete" if finish_reason == "length" else "completed"
+    reasoning = message.get("reasoning_content")
+    if reasoning:
+        items.append(_reasoning_item(new_id("rs_"), reasoning, "completed"))
+    text = message.get("content")
+    calls = message.get("tool_calls") or []
+    if text or not calls:
+        items.append(_message_item(new_id("msg_"), text or "", "completed"))
+    for call in calls:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        items.append(_call_item(new_id("fc_"), call.get("id") or new_id("call_"), function.get("name", ""),
+                                arguments if isinstance(arguments, str) else "{}", "completed"))
+    if items:
+        items[-1]["status"] = last_status
+    return items
+
+
+def _token_counter(rt: ModelRuntime) -> TokenCounter:
+    def count(text: str) -> int:
+        return len(rt.model.tokenize(text, add_special=False, parse_special=False)) if text else 0
+    return count
+
+
+async def create_response(rt: ModelRuntime, req: ResponsesRequest, jobs: list[GenerationRequest]) -> dict[str, Any]:
+    body = await chat.chat_complete(rt, jobs)
+    choice = body["choices"][0]
+    message = choice.get("message") or {}
+    reasoning_tokens = _token_counter(rt)(message.get("reasoning_content") or "")
+    return finish(envelope(rt.alias, req), output_items(message, choice.get("finish_reason")),
+                  choice.get("finish_reason"), body.get("usage") or {}, reasoning_tokens)
+
+
+def input_tokens(rt: ModelRuntime, req: ResponsesRequest) -> dict[str, Any]:
+    return {"object": "response.input_tokens", "input_tokens": count_prompt_tokens(rt, to_chat_request(req))}
+
+
+# -------------------------------------------------------------- streaming
+class ResponseStream:
+    """ChatChunks (OpenAI delta vocabulary) → Responses stream events.
+
+    One output item is open at a time: reasoning (one reasoning_text part),
+    message (one output_text part) or function_call. Every event carries the
+    next sequence_number; the last one is response.completed, or
+    response.incomplete when generation hit max_output_tokens.
+    """
+
+    def __init__(self, body: dict[str, Any], count_tokens: TokenCounter | None = None) -> None:
+        self.body = body
+        self.count_tokens = count_tokens or (lambda text: 0)
+        self.seq = 0
+        self.output: list[dict[str, Any]] = []
+        self.open: int | None = None
+        self.calls: dict[int, int] = {}  # tool-call index → output index
+        self.finish_reason: str | None = None
+        self.done = False
+
+    def _event(self, kind: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+        event = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return kind, event
+
+    def start(self) -> Events:
+        return [self._event("response.created", response=dict(self.body)),
+                self._event("response.in_progress", response=dict(self.body))]
+
+    def _open(self, item: dict[str, Any]) -> Events:
+        out = self._close()
+        self.output.append(item)
+        self.open = len(self.output) - 1
+        added = {**item, "status": "in_progress"}
+        if item["type"] in ("message", "reasoning"):
+            added["content"] = []
+        out.append(self._event("response.output_item.added", output_index=self.open, item=added))
+        if item["type"] == "message":
+            out.append(self._event("response.content_part.added", item_id=item["id"], output_index=self.open,
+                                   content_index=0, part=_text_part("")))
+        elif item["type"] == "reasoning":
+            out.append(self._event("response.content_part.added", item_id=item["id"], output_index=self.open,
+                                   content_index=0, part={"type": "reasoning_text", "text": ""}))
+        return out
+
+    def _close(self, status: str = "completed") -> Events:
+        if self.open is None:
+            return []
+        index, self.open = self.open, None
+        item = self.output[index]
+        item["status"] = status
+        out: Events = []
+        if item["type"] == "message":
+            part = item["content"][0]
+            out.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
+                                   content_index=0, text=part["text"], logprobs=[]))
+            out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                                   content_index=0, part=dict(part)))
+        elif item["type"] == "reasoning":
+            part = item["content"][0]
+            out.append(self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
+                                   content_index=0, text=part["text"]))
+            out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                                   content_index=0, part=dict(part)))
+        else:
+            out.append(self._event("response.function_call_arguments.done", item_id=item["id"],
+                                   output_index=index, arguments=item["arguments"]))
+        out.append(self._event("response.output_item.done", output_index=index,
+                               item={**item, "content": [dict(p) for p in item["content"]]}
+                               if "content" in item else dict(item)))
+        return out
+
+    def _kind_open(self, kind: str) -> bool:
+        return self.open is not None and self.output[self.open]["type"] == kind
+
+    def feed(self, chunk: ChatChunk) -> Events:
+        if self.done:
+            return []
+        if chunk.index < 0:
+            return self.finish(chunk.usage or {})
+        if chunk.index != 0:
+            return []
+        out: Events = []
+        delta = chunk.delta
+        reasoning = delta.get("reasoning_content")
+        if reasoning:
+            if not self._kind_open("reasoning"):
+                out += self._open(_reasoning_item(new_id("rs_"), "", "in_progress"))
+            assert self.open is not None
+            item = self.output[self.open]
+            item["content"][0]["text"] += reasoning
+            out.append(self._event("response.reasoning_text.delta", item_id=item["id"], output_index=self.open,
+                                   content_index=0, delta=reasoning))
+        text = delta.get("content")
+        if text:
+            if not self._kind_open("message"):
+                out += self._open(_message_item(new_id("msg_"), "", "in_progress"))
+            assert self.open is not None
+            item = self.output[self.open]
+            item["content"][0]["text"] += text
+            out.append(self._event("response.output_text.delta", item_id=item["id"], output_index=self.open,
+                                   content_index=0, delta=text, logprobs=[]))
+        for call in delta.get("tool_calls") or []:
+            out += self._call_delta(call)
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+            if not self.output:
+                out += self._open(_message_item(new_id("msg_"), "", "in_progress"))
+            out += self._close("incomplete" if chunk.finish_reason == "length" else "completed")
+        return out
+
+    def _call_delta(self, call: dict[str, Any]) -> Events:
+        out: Events = []
+        position = int(call.get("index", 0))
+        function = call.get("function") or {}
+        if position not in self.calls:
+            out += self._open(_call_item(new_id("fc_"), call.get("id") or new_id("call_"),
+                                         function.get("name") or "", "", "in_progress"))
+            assert self.open is not None
+            self.calls[position] = self.open
+        index = self.calls[position]
+        fragment = function.get("arguments")
+        if fragment:
+            item = self.output[index]
+            item["arguments"] += fragment
+            out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
+                                   output_index=index, delta=fragment))
+        return out
+
+    def finish(self, oai_usage: dict[str, Any]) -> Events:
+        if self.done:
+            return []
+        out = self._close("incomplete" if self.finish_reason == "length" else "completed")
+        self.done = True
+        reasoning = "".join(item["content"][0]["text"] for item in self.output if item["type"] == "reasoning")
+        final = finish(self.body, self.output, self.finish_reason, oai_usage, self.count_tokens(reasoning))
+        kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        out.append(self._event(kind, response=final))
+        return out
+
+    def fail(self, exc: APIError) -> Events:
+        """A failure after the stream began: an error event, then response.failed."""
+        if self.done:
+            return []
+        self.done = True
+        code = "server_error" if exc.status >= 500 else exc.kind
+        failed = dict(self.body)
+        failed.update(status="failed", output=self.output, error={"code": code, "message": exc.message})
+        return [self._event("error", code=code, message=exc.message, param=None),
+                self._event("response.failed", response=failed)]
+
+
+async def response_events(stream: ResponseStream,
+                          chunks: AsyncIterator[ChatChunk]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    for event in stream.start():
+        yield event
+    try:
+        async for chunk in chunks:
+            for event in stream.feed(chunk):
+                yield event
+    except APIError as exc:
+        for event in stream.fail(exc):
+            yield event
+        return
+    for event in stream.finish({}):
+        yield event
+
+
+async def response_stream(rt: ModelRuntime, req: ResponsesRequest, jobs: list[GenerationRequest],
+                          events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[bytes]:
+    stream = ResponseStream(envelope(rt.alias, req), _token_counter(rt))
+    async for name, data in response_events(stream, chat.chat_chunks(rt, jobs, events)):
+        yield named_event(name, data)
+
