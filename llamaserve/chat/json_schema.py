@@ -31,25 +31,30 @@ What is enforced
   (so an omitted optional property cannot reappear with a wrong type) and are written without
   backslash escapes. When absent, and the declared names are very long in total (> 256 chars) or
   ``maxProperties`` is set, extra properties are simply not offered (a stricter grammar).
-  ``minProperties`` / ``maxProperties`` only when implied by ``required`` / the closed property set.
+  ``minProperties`` / ``maxProperties`` only when implied by ``required`` / the closed property
+  set, plus ``minProperties: 1`` (the member list is then non-empty).
 - arrays: ``items``, ``prefixItems`` (and the old list form of ``items`` + ``additionalItems``),
   ``minItems`` / ``maxItems`` (any size: large counts are written as base-10 blocks so the grammar
   stays small and within llama.cpp's 2000-repetition limit). ``uniqueItems: true`` only when
   ``maxItems <= 1``.
 - strings: ``minLength`` / ``maxLength`` (counted in code points), ``pattern`` (ECMA-262 subset:
-  literals, classes, ``\\d \\w \\s`` and negations, ``.``, groups incl. ``(?:`` / named,
-  alternation,
+  literals, classes, ``.``, ``\\d \\w \\s`` and their negations -- narrowed to what ECMA-262,
+  Python ``re`` and Rust ``regex`` all agree on, e.g. ``\\W`` = ASCII non-word characters, since
+  validators run one of those --, groups incl. ``(?:`` and named ones, alternation,
   ``? * + {m} {m,} {m,n}`` (lazy too), ``^`` / ``$`` at the ends of top-level branches; an
   unanchored side accepts any text there, as JSON Schema requires). A pattern together with
-  ``minLength``/``maxLength`` works when the lengths are implied by the pattern or when the pattern
-  has a single variable-length part (``^[a-z]+$``); otherwise it is an error.
+  ``minLength``/``maxLength`` is combined by narrowing the pattern's repetitions until every
+  match has an allowed length (e.g. ``^[a-z]+@[a-z]+$`` with ``maxLength: 9`` shares the spare
+  length between the two ``+``): exact for a single variable part, a valid subset otherwise.
 - ``format``: ``date``, ``time``, ``date-time`` (RFC 3339, real calendar incl. leap years),
-  ``uuid``, ``email`` (a practical dot-atom subset), ``ipv4``. Other formats are annotations in JSON
-  Schema 2020-12 and are ignored; a known format is also dropped (being an annotation) when a
-  ``pattern`` or length constraint it cannot be combined with is present -- those assertions win.
+  ``uuid``, ``email`` (a practical dot-atom subset), ``ipv4``, combined with length limits like a
+  pattern (a known format next to a ``pattern`` is an error: they cannot be intersected). Other
+  formats are annotations in JSON Schema 2020-12 and are ignored.
 - integers: ``minimum`` / ``maximum`` / ``exclusiveMinimum`` / ``exclusiveMaximum`` (also the
   draft-4 boolean form) exactly, for any bounds. Numbers: the same bounds exactly, including
-  fractional bounds (bounded numbers are written without exponent). ``multipleOf: 1`` = integer.
+  fractional bounds; bounded numbers are written without exponent and with at most 15
+  significant digits, so the comparison also holds after a consumer parses them as doubles.
+  ``multipleOf: 1`` = integer.
 - ``anyOf`` / ``oneOf`` as alternatives (oneOf's "exactly one" is *not* enforced -- the same choice
   llama.cpp and other constrained decoders make), with sibling keywords distributed into each
   alternative; ``allOf`` by merging (properties, bounds, items, ... ; an unmergeable combination,
@@ -422,7 +427,6 @@ _BUILTINS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     "integer": (r'"-"? ("0" | [1-9] [0-9]{0,15}) ws', ("ws",)),
     "boolean": (r'("true" | "false") ws', ("ws",)),
     "null": (r'"null" ws', ("ws",)),
-    "dig15": (r"[0-9]{0,15}", ()),
     # Property names offered as "additional": raw characters only, so no escape can spell a
     # declared name.
     "kchar": (r'[^"\\\x00-\x1F]', ()),
@@ -466,11 +470,25 @@ _RNode: TypeAlias = _RSet | _RSeq | _RAlt | _RRep | _RAnchor
 _ANY_CHAR: Final = _RSet(((0, _MAX_CP),))
 _DIGIT: Final = _iv([(0x30, 0x39)])
 _WORD: Final = _iv([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)])
-# ECMA-262 WhiteSpace + LineTerminator, so that \S excludes exactly what the validator calls space.
+# Shorthand classes mean slightly different things to ECMA-262 (what JSON Schema specifies),
+# Python's re and Rust's regex (what Python validators actually run): \w and \d are ASCII in
+# ECMA but Unicode-aware in the others, and the whitespace sets differ at the edges. So each
+# class is narrowed to what *every* engine agrees on: \d \w = the ASCII sets, \D \W = ASCII
+# characters outside them, \s = whitespace in all three, \S = whitespace in none.
+_ASCII: Final = _iv([(0x00, 0x7F)])
 _SPACE: Final = _iv(
     [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
-     (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)]
+     (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)]
 )
+_ANY_ENGINE_SPACE: Final = _iv([*_SPACE, (0x1C, 0x1F), (0x85, 0x85), (0xFEFF, 0xFEFF)])
+_SHORTHANDS: Final[dict[str, Intervals]] = {
+    "d": _DIGIT,
+    "D": _iv_intersect(_ASCII, _iv_complement(_DIGIT)),
+    "w": _WORD,
+    "W": _iv_intersect(_ASCII, _iv_complement(_WORD)),
+    "s": _SPACE,
+    "S": _iv_complement(_ANY_ENGINE_SPACE),
+}
 _LINE_TERMINATORS: Final = _iv([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)])
 _QUANT_RE: Final = re.compile(r"\{(\d+)(?:(,)(\d*))?\}")
 
@@ -590,11 +608,8 @@ class _RegexParser:
         if not c:
             raise self.fail("trailing backslash")
         self.pos += 1
-        classes = {"d": _DIGIT, "w": _WORD, "s": _SPACE}
-        if c in classes:
-            return classes[c]
-        if c.lower() in classes:
-            return _iv_complement(classes[c.lower()])
+        if c in _SHORTHANDS:
+            return _SHORTHANDS[c]
         simple = {"n": 0x0A, "r": 0x0D, "t": 0x09, "f": 0x0C, "v": 0x0B}
         if c in simple:
             return ((simple[c], simple[c]),)
@@ -726,6 +741,8 @@ def _re_len(node: _RNode) -> tuple[int, int | None]:
         lo = min(a for a, _ in lens)
         return lo, None if None in his else max(b for b in his if b is not None)
     a, b = _re_len(node.item)
+    if node.hi == 0:
+        return 0, 0
     if node.hi is None:
         return node.lo * a, (0 if b == 0 else None)
     return node.lo * a, None if b is None else node.hi * b
@@ -768,46 +785,117 @@ def _re_has_anchor(node: _RNode) -> bool:
     return False
 
 
-def _re_fit_length(branch: _RNode, min_len: int, max_len: int | None) -> _RNode | None:
-    """Intersect one anchored branch with a length range, or raise ValueError if not expressible.
+def _re_cap(node: _RNode, budget: int) -> _RNode | None:
+    """A sub-language of ``node`` whose strings are all at most ``budget`` long (None if none).
 
-    Returns the branch unchanged when the lengths are implied, a branch with its single
-    variable-length repetition narrowed when that is enough, and None when nothing fits.
+    Repetitions are narrowed: a sequence shares the spare length among its variable parts, a
+    repetition of a fixed-width unit keeps as many copies as fit, and a repetition of a
+    variable-width unit keeps a few copies, each capped. The result is a subset -- strictly
+    valid -- though not always the largest one.
     """
-    lo, hi = _re_len(branch)
-    if lo >= min_len and (max_len is None or (hi is not None and hi <= max_len)):
-        return branch
-    if (max_len is not None and lo > max_len) or (hi is not None and hi < min_len):
+    lo, hi = _re_len(node)
+    if hi is not None and hi <= budget:
+        return node
+    if lo > budget:
         return None
-    items = list(branch.items) if isinstance(branch, _RSeq) else [branch]
-    variable = [i for i, it in enumerate(items) if _re_len(it)[0] != _re_len(it)[1]]
-    if len(variable) != 1:
-        raise ValueError("more than one variable-length part")
-    idx = variable[0]
-    rep = items[idx]
-    if not isinstance(rep, _RRep):
-        raise ValueError("the variable-length part is not a simple repetition")
-    unit_lo, unit_hi = _re_len(rep.item)
-    if unit_lo != unit_hi or unit_lo == 0:
-        raise ValueError("the repeated part has a variable length")
-    assert unit_hi is not None
-    fixed = sum(_re_len(it)[0] for i, it in enumerate(items) if i != idx)
-    count_lo = max(rep.lo, -(-(min_len - fixed) // unit_lo))
-    count_hi = rep.hi
+    if isinstance(node, _RAlt):
+        opts = [c for c in (_re_cap(o, budget) for o in node.options) if c is not None]
+        return None if not opts else opts[0] if len(opts) == 1 else _RAlt(tuple(opts))
+    if isinstance(node, _RSeq):
+        lens = [_re_len(it) for it in node.items]
+        caps = [a for a, _ in lens]
+        slack = budget - sum(caps)
+
+        def spread(i: int) -> float:
+            a, b = lens[i]
+            return math.inf if b is None else b - a
+
+        # Parts that can grow least are served first, so the rest goes to the open-ended ones.
+        growable = sorted((i for i, (a, b) in enumerate(lens) if b != a), key=spread)
+        for n_left, i in zip(range(len(growable), 0, -1), growable, strict=True):
+            a, b = lens[i]
+            give = slack // n_left if b is None else min(b - a, slack // n_left)
+            caps[i] += give
+            slack -= give
+        items = [_re_cap(it, cap) for it, cap in zip(node.items, caps, strict=True)]
+        if any(it is None for it in items):
+            return None
+        return _RSeq(tuple(it for it in items if it is not None))
+    if isinstance(node, _RRep):
+        unit_lo, unit_hi = _re_len(node.item)
+        most = budget // max(unit_lo, 1)
+        if node.hi is not None:
+            most = min(most, node.hi)
+        if unit_lo == unit_hi:
+            return _RRep(node.item, node.lo, most) if most >= node.lo else None
+        if unit_hi is not None and budget // unit_hi >= max(node.lo, 1):
+            return _RRep(node.item, node.lo, min(most, budget // unit_hi))  # whole units fit
+        copies = max(node.lo, min(most, 4))
+        if copies == 0:
+            return _RRep(node.item, 0, 0)
+        item = _re_cap(node.item, budget // copies)
+        return None if item is None else _RRep(item, node.lo, copies)
+    return None
+
+
+def _re_raise(node: _RNode, need: int) -> _RNode | None:
+    """A sub-language of ``node`` whose strings are all at least ``need`` long (None if not
+    found): repetitions are made to repeat more."""
+    lo, hi = _re_len(node)
+    if lo >= need:
+        return node
+    if hi is not None and hi < need:
+        return None
+    if isinstance(node, _RAlt):
+        opts = [c for c in (_re_raise(o, need) for o in node.options) if c is not None]
+        return None if not opts else opts[0] if len(opts) == 1 else _RAlt(tuple(opts))
+    if isinstance(node, _RSeq):
+        items = list(node.items)
+        deficit = need - lo
+        for i, it in enumerate(items):
+            if deficit <= 0:
+                break
+            a, b = _re_len(it)
+            grow = deficit if b is None else min(deficit, b - a)
+            raised = _re_raise(it, a + grow) if grow > 0 else None
+            if raised is not None:
+                items[i] = raised
+                deficit -= _re_len(raised)[0] - a
+        return _RSeq(tuple(items)) if deficit <= 0 else None
+    if isinstance(node, _RRep):
+        item = node.item if _re_len(node.item)[0] > 0 else _re_nonempty(node.item)
+        if item is None:
+            return None
+        unit = _re_len(item)[0]
+        copies = -(-need // unit)
+        if node.hi is None or copies <= node.hi:
+            return _RRep(item, max(node.lo, copies), node.hi)
+        longer = _re_raise(item, -(-need // node.hi))
+        return None if longer is None else _RRep(longer, node.hi, node.hi)
+    return None
+
+
+def _re_fit_length(branch: _RNode, min_len: int, max_len: int | None) -> _RNode | None:
+    """A sub-language of one anchored branch within the length range, or None if none found."""
+    fitted: _RNode | None = branch
     if max_len is not None:
-        cap = (max_len - fixed) // unit_lo
-        count_hi = cap if count_hi is None else min(count_hi, cap)
-    if count_hi is not None and count_hi < count_lo:
+        fitted = _re_cap(branch, max_len)
+    if fitted is not None and min_len > 0:
+        fitted = _re_raise(fitted, min_len)
+    if fitted is None:
         return None
-    items[idx] = _RRep(rep.item, count_lo, count_hi)
-    return items[0] if len(items) == 1 else _RSeq(tuple(items))
+    lo, hi = _re_len(fitted)
+    assert lo >= min_len and (max_len is None or (hi is not None and hi <= max_len))
+    return fitted
 
 
 # Format grammars, written as regexes so the pattern compiler (and its length analysis) is reused.
+# Years 0001-9999 (Python's date type, used by validators, has no year 0), real month lengths,
+# and Feb 29 only in leap years.
 _DATE_RE: Final = (
-    r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
-    r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
-    r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
+    r"(?:(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:(?:0[13578]|1[02])-"
+    r"(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+    r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)"
 )
 _TIME_RE: Final = (
     r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?"
@@ -915,23 +1003,35 @@ def _frac_step(state: _FracState, d: int, lower: bool) -> _FracState | None:
     return _FREE if (d > b) == lower else None
 
 
-def _frac_lang(lo: _FracState, hi: _FracState) -> tuple[bool, str | None]:
-    """Fraction digit strings F with 0.F within the bounds.
+def _digits_upto(n: int) -> str:
+    """GBNF for 0..n decimal digits."""
+    return "" if n <= 0 else "[0-9]?" if n == 1 else f"[0-9]{{0,{n}}}"
+
+
+def _frac_lang(lo: _FracState, hi: _FracState, budget: int) -> tuple[bool, str | None]:
+    """Fraction digit strings F of at most ``budget`` digits with 0.F within the bounds.
 
     Returns (whether the empty F -- i.e. no fraction part -- is allowed, GBNF for the non-empty
-    F or None). Free tails are bounded (``dig15``), which only narrows the language.
+    F or None). The budget only narrows the language (see _SIGNIFICANT_DIGITS).
     """
     if lo == ("ge", ""):
         lo = _FREE
     if hi == ("lt", "") or (lo == ("gt", "") and hi == ("le", "")):
         return False, None
+    empty_ok = lo == _FREE  # 0.F >= 0.s with s non-empty, or > anything, fails for empty F
+    if budget <= 0:
+        return empty_ok, None
     if lo == _FREE and hi == _FREE:
-        return True, "[0-9] dig15"
+        return True, _seq("[0-9]", _digits_upto(budget - 1))
     if lo == ("gt", "") and hi == _FREE:
-        return False, '"0"{0,15} [1-9] dig15'
+        # Some non-zero digit within the budget: first non-zero digit at each possible place.
+        alts = [_seq("[1-9]", _digits_upto(budget - 1))]
+        inner = _frac_lang(lo, hi, budget - 1)[1]
+        if inner is not None:
+            alts.append(_seq('"0"', _group(inner)))
+        return False, " | ".join(alts)
     if lo == _FREE and hi == ("le", ""):
-        return True, '"0"{1,16}'
-    empty_ok = lo == _FREE and hi[0] in ("free", "le", "lt")
+        return True, '"0"' + _rep_suffix(1, budget)
     groups: dict[tuple[_FracState, _FracState], list[int]] = {}
     for d in range(10):
         nl, nh = _frac_step(lo, d, True), _frac_step(hi, d, False)
@@ -940,14 +1040,12 @@ def _frac_lang(lo: _FracState, hi: _FracState) -> tuple[bool, str | None]:
     alts = []
     for (nl, nh), digits in groups.items():
         cls = _gbnf_class(_iv((d + 0x30, d + 0x30) for d in digits))
-        rest_empty, rest = _frac_lang(nl, nh)
+        rest_empty, rest = _frac_lang(nl, nh, budget - 1)
         if rest is None:
             if rest_empty:
                 alts.append(cls)
-        elif nl == _FREE and nh == _FREE:
-            alts.append(f"{cls} dig15")
         elif rest_empty:
-            alts.append(f"{cls} ({rest})?")
+            alts.append(f"{cls} ({rest})?" if " " in rest else f"{cls} {rest}?")
         else:
             alts.append(_seq(cls, _group(rest)))
     return empty_ok, (" | ".join(alts) if alts else None)
@@ -960,34 +1058,65 @@ def _split_decimal(d: Decimal) -> tuple[int, str]:
     return ip, text.partition(".")[2].rstrip("0")
 
 
+# Bounded numbers are written with at most this many digits (integer digits plus fraction
+# digits). Consumers parse JSON numbers as IEEE doubles, and decimals of up to 15 significant
+# digits convert to distinct, correctly ordered doubles; with more digits "0.50000000000000002"
+# would be > 0.5 as text but == 0.5 once parsed, breaking an exclusiveMinimum of 0.5.
+_SIGNIFICANT_DIGITS: Final = 15
+
+
+def _int_alts_by_length(a: int, b: int | None, max_len: int) -> list[tuple[int, str]]:
+    """(digit count, GBNF) for the integers in [a, b] with at most ``max_len`` digits, one
+    alternative per length; "0" counts as 0 digits (it adds nothing significant)."""
+    out: list[tuple[int, str]] = []
+    if b is not None and a > b:
+        return out
+    if a == 0:
+        out.append((0, '"0"'))
+        if b == 0:
+            return out
+        a = 1
+    da = len(str(a))
+    db = min(len(str(b)), max_len) if b is not None else max_len
+    for d in range(da, db + 1):
+        lo_s = str(a) if d == da else "1" + "0" * (d - 1)
+        hi_s = str(b) if b is not None and d == len(str(b)) else "9" * d
+        out.append((d, _same_length_range(lo_s, hi_s)))
+    return out
+
+
 def _nonneg_number_alts(a: Decimal, a_excl: bool, b: Decimal | None, b_excl: bool) -> list[str]:
     """Alternatives for non-negative decimals v (no exponent) with a <(=) v <(=) b."""
     ai, af = _split_decimal(a)
     lo_state: _FracState = ("gt" if a_excl else "ge", af)
 
-    def with_fraction(int_part: str, lo: _FracState, hi: _FracState) -> str | None:
-        empty_ok, frac = _frac_lang(lo, hi)
-        if frac is None:
-            return int_part if empty_ok else None
-        tail = f'"." {_group(frac)}'
-        return _seq(int_part, f"({tail})?" if empty_ok else tail)
+    def budget(int_part: int) -> int:
+        return _SIGNIFICANT_DIGITS - (len(str(int_part)) if int_part else 0)
 
-    any_fraction = '("." [0-9] dig15)?'
+    def with_fraction(int_part: int, lo: _FracState, hi: _FracState) -> str | None:
+        if budget(int_part) < 0:
+            return None
+        empty_ok, frac = _frac_lang(lo, hi, budget(int_part))
+        if frac is None:
+            return f'"{int_part}"' if empty_ok else None
+        tail = f'"." {_group(frac)}'
+        return _seq(f'"{int_part}"', f"({tail})?" if empty_ok else tail)
+
+    def any_fraction(length: int) -> str:
+        room = _SIGNIFICANT_DIGITS - length
+        return "" if room <= 0 else f'("." {_seq("[0-9]", _digits_upto(room - 1))})?'
+
     alts: list[str | None] = []
-    if b is None:
-        alts.append(with_fraction(f'"{ai}"', lo_state, _FREE))
-        alts += [_seq(_group(x), any_fraction) for x in _nonneg_int_alts(ai + 1, None)]
+    bi, bf = _split_decimal(b) if b is not None else (None, "")
+    if bi is not None and ai == bi:
+        alts.append(with_fraction(ai, lo_state, ("lt" if b_excl else "le", bf)))
     else:
-        bi, bf = _split_decimal(b)
-        hi_state: _FracState = ("lt" if b_excl else "le", bf)
-        if ai == bi:
-            alts.append(with_fraction(f'"{ai}"', lo_state, hi_state))
-        else:
-            alts.append(with_fraction(f'"{ai}"', lo_state, _FREE))
-            middle = _nonneg_int_alts(ai + 1, bi - 1)
-            if middle:
-                alts.append(_seq("(" + " | ".join(middle) + ")", any_fraction))
-            alts.append(with_fraction(f'"{bi}"', _FREE, hi_state))
+        alts.append(with_fraction(ai, lo_state, _FREE))
+        upper = None if bi is None else bi - 1
+        for length, expr in _int_alts_by_length(ai + 1, upper, _SIGNIFICANT_DIGITS):
+            alts.append(_seq(_group(expr), any_fraction(length)))
+        if bi is not None:
+            alts.append(with_fraction(bi, _FREE, ("lt" if b_excl else "le", bf)))
     return [x for x in alts if x is not None]
 
 
@@ -1722,6 +1851,10 @@ class _Converter:
                         return False
                 except (re.error, TypeError) as exc:
                     raise _err(_ptr(path, "pattern"), f"invalid pattern: {exc}") from None
+            fmt = s.get("format")
+            # The format regexes are plain enough for Python's re; strip the ^...$ anchors.
+            if fmt in _FORMATS and not re.fullmatch(_FORMATS[fmt][1:-1], value):
+                return False
         elif isinstance(value, list):
             lo, hi = _count(s, "minItems", path), _count(s, "maxItems", path)
             if (lo is not None and len(value) < lo) or (hi is not None and len(value) > hi):
@@ -1759,6 +1892,11 @@ class _Converter:
         fmt = s.get("format")
         ws = self.builtin("ws")
         branches: list[_RNode] | None = None
+        if pattern is not None and fmt in _FORMATS:
+            # Two regular languages cannot be intersected in a grammar this simple; rather than
+            # drop the format (which format-asserting validators check), refuse.
+            raise _err(_ptr(path, "format"), f"format {fmt!r} together with a pattern is not "
+                                             "supported")
         if pattern is not None:
             if not isinstance(pattern, str):
                 raise _err(_ptr(path, "pattern"), "expected a string")
@@ -1766,11 +1904,9 @@ class _Converter:
             node = _RegexParser(pattern, ppath).parse()
             branches = self.fit_branches(_re_branches(node, ppath), min_len, max_len, ppath)
         elif fmt in _FORMATS:
-            node = _RegexParser(_FORMATS[fmt], _ptr(path, "format")).parse()
-            try:
-                branches = self.fit_branches(_re_branches(node, path), min_len, max_len, path)
-            except SchemaError:
-                branches = None  # format is an annotation: the length assertions win
+            fpath = _ptr(path, "format")
+            node = _RegexParser(_FORMATS[fmt], fpath).parse()
+            branches = self.fit_branches(_re_branches(node, fpath), min_len, max_len, fpath)
         if branches is None:
             if min_len == 0 and max_len is None:
                 return self.builtin("string")
@@ -1785,18 +1921,14 @@ class _Converter:
                      ) -> list[_RNode]:
         if min_len == 0 and max_len is None:
             return branches
-        fitted = []
-        for branch in branches:
-            try:
-                b = _re_fit_length(branch, min_len, max_len)
-            except ValueError as exc:
-                raise _err(path, f"cannot combine this pattern with minLength/maxLength ({exc})"
-                           ) from None
-            if b is not None:
-                fitted.append(b)
-        if not fitted:
+        fitted = [b for b in (_re_fit_length(x, min_len, max_len) for x in branches)
+                  if b is not None]
+        if fitted:
+            return fitted
+        if all(_re_len(b)[0] > (max_len if max_len is not None else math.inf)
+               or (_re_len(b)[1] or math.inf) < min_len for b in branches):
             raise _unsat(path, "no string matches both the pattern and the length limits")
-        return fitted
+        raise _err(path, "cannot combine this pattern with minLength/maxLength")
 
     def regex(self, node: _RNode, hint: str, path: str) -> str:
         """GBNF for the JSON-encoded text of the strings ``node`` matches."""
@@ -1879,16 +2011,18 @@ class _Converter:
             return self.builtin("number")
         if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_excl or hi_excl))):
             raise _unsat(path, "no number lies within the bounds")
-        self.builtin("dig15")
         alts = _number_range_alts(lo, lo_excl, hi, hi_excl)
+        if not alts:
+            raise _err(path, f"no number within the bounds can be written with at most "
+                             f"{_SIGNIFICANT_DIGITS} significant digits")
         return f"({' | '.join(alts)}) {self.builtin('ws')}"
 
     # ---- objects ---------------------------------------------------------------------------
 
     def object(self, s: Mapping[str, Any], path: str, hint: str) -> str:
         props = s.get("properties", {})
-        if not isinstance(props, dict):
-            raise _err(_ptr(path, "properties"), "expected an object")
+        if not isinstance(props, dict) or not all(isinstance(k, str) for k in props):
+            raise _err(_ptr(path, "properties"), "expected an object with string keys")
         required = s.get("required", [])
         if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
             raise _err(_ptr(path, "required"), "expected an array of strings")
