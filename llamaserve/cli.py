@@ -108,6 +108,8 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(("--path",), "static_path", env="LLAMA_ARG_STATIC_PATH"),
     Opt(("--webui-config", "--ui-config"), "webui_config", env="LLAMA_ARG_UI_CONFIG"),
     Opt(("--webui-config-file", "--ui-config-file"), "webui_config_file", env="LLAMA_ARG_UI_CONFIG_FILE"),
+    Opt(("--reasoning-format",), "reasoning_format", env="LLAMA_ARG_THINK"),
+    Opt(("--reasoning-budget",), "reasoning_budget", type=int, env="LLAMA_ARG_THINK_BUDGET"),
     Opt(("--webui", "--ui"), "webui", kind="pair", neg=("--no-webui", "--no-ui"), env="LLAMA_ARG_UI"),
     # sampling defaults
     Opt(("--temp", "--temperature"), "temperature", type=float, env="LLAMA_ARG_TEMPERATURE"),

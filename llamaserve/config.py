@@ -77,6 +77,8 @@ class ServerConfig:
     reranking: bool = False
     pooling: str = "unspecified"
     webui: bool = True
+    reasoning_format: str = "auto"  # auto | none | deepseek | deepseek-legacy
+    reasoning_budget: int = -1  # -1 unrestricted, 0 thinking off
     static_path: str | None = None  # --path: serve these files at / instead of the web UI
     webui_config: str | None = None  # JSON object of UI defaults, exposed as /props ui_settings
     webui_config_file: str | None = None
@@ -116,6 +118,8 @@ class ServerConfig:
             raise ConfigError("--batch-size and --ubatch-size must be >= 1")
         if not 0 < self.port < 65536:
             raise ConfigError("--port must be between 1 and 65535")
+        if self.reasoning_format not in ("auto", "none", "deepseek", "deepseek-legacy"):
+            raise ConfigError("--reasoning-format must be auto, none, deepseek or deepseek-legacy")
         if self.pooling not in ("unspecified", "none", "mean", "cls", "last", "rank"):
             raise ConfigError("--pooling must be one of none, mean, cls, last, rank")
         if self.flash_attn not in ("on", "off", "auto"):

@@ -45,6 +45,7 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None
+    reasoning_format: str | None = None
 
     @field_validator("stop")
     @classmethod

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llamaserve.api.errors import APIError
 from llamaserve.api.sse import DONE, data_event
+from llamaserve.chat.parsed import (
+    ContentDelta,
+    ParsedMessage,
+    ParseEvent,
+    ReasoningDelta,
+    ToolCallArgsDelta,
+    ToolCallStart,
+)
+from llamaserve.chat.reasoning import ReasoningSplitter, split_reasoning, template_opens_thinking
 from llamaserve.chat.template import TemplateError
+from llamaserve.chat.tools import ToolChoiceError, ToolFormat, chain, new_tool_call_id, normalize_tool_choice
+from llamaserve.chat.tools.generic import GenericFormat
+from llamaserve.llama.sampler import GrammarError, check_grammar
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.protocol.openai import ChatCompletionRequest, ChatMessage
 from llamaserve.serving import generate, logprobs
 from llamaserve.serving.completion import build_request, choices
-from llamaserve.serving.params import prompt_tokens
+from llamaserve.serving.params import prompt_tokens, stop_strings
 from llamaserve.serving.runtime import BUILD_INFO, ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
 
@@ -45,20 +58,142 @@ def chat_tokens(rt: ModelRuntime, prompt: str) -> list[int]:
     return prompt_tokens(rt.model, prompt, add_special=add_special)
 
 
-async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> list[GenerationRequest]:
+@dataclass
+class ChatPlan:
+    """How a chat answer's raw text is turned into content, reasoning and tool calls."""
+
+    tool_format: ToolFormat | None = None
+    tools: list[dict[str, Any]] | None = None
+    reasoning_format: str = "none"  # none | deepseek | deepseek-legacy
+    reasoning_open: bool = False  # the prompt itself opened the thinking block
+
+    @property
+    def parses(self) -> bool:
+        return self.tool_format is not None or self.reasoning_format != "none"
+
+    def stream_parser(self) -> Any:
+        tools_offered = self.tool_format is not None
+        splitter = ReasoningSplitter(self.reasoning_format, started_in_prompt=self.reasoning_open)
+        if self.tool_format is None:
+            return splitter
+        parser = self.tool_format.stream_parser(tools_offered, self.tools, reasoning_open=self.reasoning_open)
+        return parser if self.tool_format.handles_reasoning else chain(splitter, parser)
+
+    def parse(self, text: str) -> tuple[ParsedMessage, bool]:
+        """(message, truncated): truncated when a started tool call was cut off or malformed."""
+        if self.tool_format is not None and self.tool_format.handles_reasoning:
+            return self.tool_format.parse_ex(text, tools_offered=True, tools=self.tools,
+                                             reasoning_open=self.reasoning_open)
+        reasoning, content = split_reasoning(text, fmt=self.reasoning_format, started_in_prompt=self.reasoning_open)
+        if self.tool_format is None:
+            return ParsedMessage(content=content, reasoning=reasoning), False
+        parsed, truncated = self.tool_format.parse_ex(content, tools_offered=True, tools=self.tools)
+        parsed.reasoning = reasoning
+        return parsed, truncated
+
+
+class ChatJobs(list[GenerationRequest]):
+    """The n choices of one chat request, plus how to parse their text."""
+
+    def __init__(self, jobs: list[GenerationRequest], plan: ChatPlan) -> None:
+        super().__init__(jobs)
+        self.plan = plan
+
+
+def _plan_of(jobs: list[GenerationRequest]) -> ChatPlan:
+    return jobs.plan if isinstance(jobs, ChatJobs) else ChatPlan()
+
+
+def _reasoning_format(rt: ModelRuntime, req: ChatCompletionRequest) -> str:
+    wanted = getattr(req, "reasoning_format", None) or rt.config.reasoning_format
+    if wanted not in ("auto", "none", "deepseek", "deepseek-legacy"):
+        raise APIError("reasoning_format: use none, deepseek, deepseek-legacy or auto")
+    if wanted == "auto":
+        # Split <think> only for templates that know about reasoning, like llama-server.
+        return "deepseek" if rt.template.caps.supports_thinking else "none"
+    return wanted
+
+
+def _with_system_text(messages: list[ChatMessage], text: str) -> list[ChatMessage]:
+    """Instructions prepended to the first system message (or as a new one)."""
+    if messages and messages[0].role == "system" and isinstance(messages[0].content, str):
+        first = messages[0].model_copy(update={"content": f"{text}\n\n{messages[0].content}"})
+        return [first, *messages[1:]]
+    return [ChatMessage(role="system", content=text), *messages]
+
+
+async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs:
     """The n choices of one chat request, ready for the engine."""
-    if req.tools and req.tool_choice not in (None, "none", "auto"):
-        raise APIError("tool_choice other than 'auto' and 'none' is not supported yet")
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError("top_logprobs requires logprobs: true")
-    grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema,
-                                    response_format=req.response_format)
-    prompt = render_prompt(rt, req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
+    try:
+        mode, _ = normalize_tool_choice(req.tool_choice)
+    except ToolChoiceError as exc:
+        raise APIError(f"tool_choice: {exc}") from None
+    tools = req.tools or None
+    if mode in ("required", "named") and not tools:
+        raise APIError("tool_choice requires tools")
+    use_tools = bool(tools) and mode != "none"
+    fmt = rt.tool_format if use_tools else None
+    kwargs = dict(req.chat_template_kwargs or {})
+    if req.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+        if req.reasoning_effort == "none":
+            kwargs.setdefault("enable_thinking", False)
+    if rt.config.reasoning_budget == 0:
+        kwargs.setdefault("enable_thinking", False)
+    messages = req.messages
+    if fmt is not None and isinstance(fmt, GenericFormat):
+        instructions = fmt.system_prompt(tools, req.tool_choice or "auto", req.parallel_tool_calls is not False)
+        if instructions:
+            messages = _with_system_text(messages, instructions)
+    prompt = render_prompt(rt, messages, tools=tools if mode != "none" else None, template_kwargs=kwargs)
+
+    structured = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema,
+                                       response_format=req.response_format)
+    grammar, triggers, extra_stops = structured, (), ()
+    if fmt is not None:
+        spec = fmt.grammar(tools or [], req.tool_choice or "auto", req.parallel_tool_calls is not False)
+        if spec is not None:
+            if structured is not None:
+                raise APIError("tools cannot be combined with grammar, json_schema or response_format")
+            try:
+                await asyncio.to_thread(check_grammar, rt.model, spec.gbnf, spec.triggers)
+            except GrammarError:
+                raise APIError("the tool-call grammar was rejected by llama.cpp; check the tools' schemas") from None
+            grammar, triggers, extra_stops = spec.gbnf, spec.triggers, spec.stops
+
+    reasoning_fmt = _reasoning_format(rt, req)
+    plan = ChatPlan(tool_format=fmt, tools=tools, reasoning_format=reasoning_fmt,
+                    reasoning_open=template_opens_thinking(prompt[-400:]) if reasoning_fmt != "none" else False)
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     n_probs = (req.top_logprobs or 0) if req.logprobs else (req.n_probs if req.n_probs else -1)
-    job = build_request(rt, req, chat_tokens(rt, prompt), n_predict=limit, stop=req.stop, grammar=grammar,
+    stops = stop_strings(req.stop) + tuple(extra_stops)
+    job = build_request(rt, req, chat_tokens(rt, prompt), n_predict=limit, stop=list(stops), grammar=grammar,
                         n_probs=n_probs)
-    return choices(rt, job, req.n)
+    if triggers:
+        job = replace(job, sampling=replace(job.sampling, grammar_triggers=tuple(triggers)))
+    return ChatJobs(choices(rt, job, req.n), plan)
+
+
+def _message(parsed: ParsedMessage) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant",
+                           "content": parsed.content if (parsed.content or not parsed.tool_calls) else None}
+    if parsed.reasoning:
+        msg["reasoning_content"] = parsed.reasoning
+    if parsed.tool_calls:
+        msg["tool_calls"] = [{"id": call.id or new_tool_call_id(), "type": "function",
+                              "function": {"name": call.name, "arguments": call.arguments}}
+                             for call in parsed.tool_calls]
+    return msg
+
+
+def _finish_reason(finished: Finished, parsed: ParsedMessage | None, truncated: bool) -> str:
+    if finished.stop_type == "limit" or truncated:
+        return "length"
+    if parsed is not None and parsed.tool_calls:
+        return "tool_calls"
+    return "stop"
 
 
 def _envelope(rt: ModelRuntime, obj: str) -> dict[str, Any]:
@@ -72,13 +207,17 @@ def _logprobs(rt: ModelRuntime, job: GenerationRequest, items: list[Any]) -> dic
 
 async def chat_complete(rt: ModelRuntime, jobs: list[GenerationRequest]) -> dict[str, Any]:
     results = await generate.complete(rt.engine, jobs)
+    plan = _plan_of(jobs)
     body = _envelope(rt, "chat.completion")
-    body["choices"] = [{
-        "index": i,
-        "message": {"role": "assistant", "content": r.text},
-        "logprobs": _logprobs(rt, job, r.logprobs),
-        "finish_reason": generate.finish_reason(r.done),
-    } for i, (job, r) in enumerate(zip(jobs, results))]
+    body["choices"] = []
+    for i, (job, r) in enumerate(zip(jobs, results)):
+        parsed, truncated = plan.parse(r.text) if plan.parses else (ParsedMessage(content=r.text), False)
+        body["choices"].append({
+            "index": i,
+            "message": _message(parsed),
+            "logprobs": _logprobs(rt, job, r.logprobs),
+            "finish_reason": _finish_reason(r.done, parsed, truncated),
+        })
     body["usage"] = generate.usage([r.done for r in results])
     body["timings"] = results[0].done.timings.to_json()
     return body
@@ -102,18 +241,56 @@ class ChatChunk:
     usage: dict[str, Any] | None = None
 
 
+def _deltas(events: list[ParseEvent], ids: dict[int, str]) -> list[dict[str, Any]]:
+    """Parser events → OpenAI deltas; a tool call's id, type and name come in its first delta."""
+    out: list[dict[str, Any]] = []
+    for ev in events:
+        if isinstance(ev, ContentDelta):
+            if ev.text:
+                out.append({"content": ev.text})
+        elif isinstance(ev, ReasoningDelta):
+            if ev.text:
+                out.append({"reasoning_content": ev.text})
+        elif isinstance(ev, ToolCallStart):
+            ids[ev.index] = ev.id or new_tool_call_id()
+            out.append({"tool_calls": [{"index": ev.index, "id": ids[ev.index], "type": "function",
+                                        "function": {"name": ev.name, "arguments": ""}}]})
+        elif isinstance(ev, ToolCallArgsDelta) and ev.text:
+            out.append({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.text}}]})
+    return out
+
+
 async def chat_chunks(rt: ModelRuntime, jobs: list[GenerationRequest],
                       events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[ChatChunk]:
+    plan = _plan_of(jobs)
+    parsers = [plan.stream_parser() if plan.parses else None for _ in jobs]
+    call_ids: list[dict[int, str]] = [{} for _ in jobs]
     for i in range(len(jobs)):
         yield ChatChunk(i, {"role": "assistant", "content": None})
     finished: dict[int, Finished] = {}
     async for index, event in events:
+        parser = parsers[index]
         if isinstance(event, TextDelta):
-            if event.text or event.logprobs:
-                yield ChatChunk(index, {"content": event.text}, _logprobs(rt, jobs[index], event.logprobs))
+            lp = _logprobs(rt, jobs[index], event.logprobs)
+            if parser is None:
+                if event.text or event.logprobs:
+                    yield ChatChunk(index, {"content": event.text}, lp)
+                continue
+            deltas = _deltas(parser.feed(event.text), call_ids[index])
+            for k, delta in enumerate(deltas):
+                yield ChatChunk(index, delta, lp if k == 0 else None)
+            if not deltas and lp is not None:
+                yield ChatChunk(index, {}, lp)
         else:
             finished[index] = event
-            yield ChatChunk(index, {}, None, generate.finish_reason(event), event.timings.to_json())
+            truncated = False
+            if parser is not None:
+                for delta in _deltas(parser.finish(), call_ids[index]):
+                    yield ChatChunk(index, delta)
+                truncated = bool(getattr(parser, "truncated", False))
+            reason = "length" if event.stop_type == "limit" or truncated else (
+                "tool_calls" if call_ids[index] else "stop")
+            yield ChatChunk(index, {}, None, reason, event.timings.to_json())
     if finished:
         yield ChatChunk(-1, usage=generate.usage([finished[i] for i in sorted(finished)]))
 

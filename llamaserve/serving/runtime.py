@@ -15,6 +15,7 @@ from typing import Any
 import llama_cpp
 
 from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError
+from llamaserve.chat.tools import ToolFormat, detect_format
 from llamaserve.config import ConfigError, ServerConfig
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.runner import LlamaRunner
@@ -43,12 +44,20 @@ class ModelRuntime:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     ui_settings: dict[str, Any] = field(default_factory=dict)
     embedder: Embedder | None = None
+    _tool_format: ToolFormat | None = None
 
     def require_generation(self) -> None:
         """Embedding and reranking servers do not generate, as in llama-server."""
         if self.embedder is not None:
             raise APIError("This server does not support completions. Start it without `--embeddings`",
                            "not_supported_error")
+
+    @property
+    def tool_format(self) -> ToolFormat:
+        """The tool-call format of this model's template (found once)."""
+        if self._tool_format is None:
+            self._tool_format = detect_format(self.template_source)
+        return self._tool_format
 
     @property
     def n_ctx_slot(self) -> int:
