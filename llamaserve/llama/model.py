@@ -67,6 +67,7 @@ class Model:
         self.bos: int = C.llama_vocab_bos(self.vocab)
         self.eos: int = C.llama_vocab_eos(self.vocab)
         self.sep: int = C.llama_vocab_sep(self.vocab)
+        self.n_ctx_train: int = int(C.llama_model_n_ctx_train(handle))
         self.add_bos: bool = bool(C.llama_vocab_get_add_bos(self.vocab))
         # Pieces are cached because detokenizing is on the hot path of every
         # generated token and the vocabulary never changes.

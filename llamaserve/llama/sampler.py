@@ -99,7 +99,8 @@ def _penalties(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None
     active = cfg.repeat_penalty != 1.0 or cfg.presence_penalty != 0.0 or cfg.frequency_penalty != 0.0
     if cfg.repeat_last_n == 0 or not active:
         return None
-    last_n = model.n_vocab if cfg.repeat_last_n == -1 else cfg.repeat_last_n
+    # -1 means "the whole context", as llama-server resolves it before building the sampler.
+    last_n = model.n_ctx_train if cfg.repeat_last_n == -1 else cfg.repeat_last_n
     return C.llama_sampler_init_penalties(
         model.n_vocab, last_n, cfg.repeat_penalty, cfg.frequency_penalty, cfg.presence_penalty)
 
@@ -110,9 +111,10 @@ def _dry(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
     breakers = [b.encode() for b in cfg.dry_sequence_breakers]
     arr = (ctypes.c_char_p * max(1, len(breakers)))(*breakers)
     keep.objects.append(arr)
+    # llama.cpp clamps a negative window to 0 (= off); -1 means the whole context.
+    last_n = model.n_ctx_train if cfg.dry_penalty_last_n == -1 else cfg.dry_penalty_last_n
     return C.llama_sampler_init_dry(
-        model.vocab, cfg.dry_multiplier, cfg.dry_base, cfg.dry_allowed_length,
-        cfg.dry_penalty_last_n, arr, len(breakers))
+        model.vocab, cfg.dry_multiplier, cfg.dry_base, cfg.dry_allowed_length, last_n, arr, len(breakers))
 
 
 def _top_n_sigma(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:

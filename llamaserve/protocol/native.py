@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from llamaserve.protocol.common import SamplingFields
 from llamaserve.protocol.openai import ChatMessage
 
 # A prompt: text, token ids, a mix of both, or a list of such prompts.
-PromptPiece = str | int
+# Strict: JSON true or 1.5 must not slip through as token 1.
+PromptPiece = StrictStr | StrictInt
 Prompt = str | list[PromptPiece] | list[str | list[PromptPiece]]
 
 

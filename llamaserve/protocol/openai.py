@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from llamaserve.protocol.common import SamplingFields
 
@@ -57,7 +57,7 @@ class ChatCompletionRequest(SamplingFields):
 
 class CompletionRequest(SamplingFields):
     model: str | None = None
-    prompt: str | list[str] | list[int] | list[list[int]] = ""
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]] = ""
     max_tokens: int | None = Field(16, ge=-1)
     n: int = Field(1, ge=1, le=256)
     stream: bool = False

@@ -137,7 +137,8 @@ def test_non_stream_disconnect_frees_the_slot(base_url: str) -> None:
 def test_disconnect_during_prompt_processing_frees_the_slot(base_url: str) -> None:
     wait_idle(base_url)
     host, port = base_url.removeprefix("http://").split(":")
-    body = json.dumps({"prompt": "lorem ipsum dolor sit amet " * 150, "n_predict": 500,
+    # ~500 tokens: one prefill step of a second or two; the abort lands when that step ends.
+    body = json.dumps({"prompt": "lorem ipsum dolor sit amet " * 50, "n_predict": 500,
                        "cache_prompt": False, "stream": True}).encode()
     with socket.create_connection((host, int(port))) as sock:
         sock.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -148,7 +149,7 @@ def test_disconnect_during_prompt_processing_frees_the_slot(base_url: str) -> No
         slot = HTTP.get(f"{base_url}/slots").json()
         busy = [s for s in slot if s["is_processing"]]
         assert busy and busy[0]["next_token"][0]["n_decoded"] == 0, "should still be in prompt processing"
-    assert wait_idle(base_url) < 2.0
+    assert wait_idle(base_url, timeout=10) < 5.0
 
 
 def test_light_endpoints_answer_while_every_slot_is_busy(base_url: str) -> None:
