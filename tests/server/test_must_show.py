@@ -107,8 +107,8 @@ def test_anthropic_tool_round_trip(base_url: str) -> None:
     tools = [{"name": "get_weather", "description": "Current weather for a city.",
               "input_schema": WEATHER["function"]["parameters"]}]  # type: ignore[index]
     ask = [{"role": "user", "content": "What is the weather in Rome?"}]
-    first = client.messages.create(model="m", max_tokens=80, messages=ask, tools=tools,  # type: ignore[arg-type]
-                                   tool_choice={"type": "any"})
+    first = client.messages.create(model="m", max_tokens=120, messages=ask, tools=tools,  # type: ignore[arg-type]
+                                   tool_choice={"type": "any", "disable_parallel_tool_use": True})
     assert first.stop_reason == "tool_use"
     use = next(b for b in first.content if b.type == "tool_use")
     assert use.name == "get_weather" and isinstance(use.input, dict) and "city" in use.input
@@ -123,7 +123,7 @@ def test_responses_function_call_round_trip(base_url: str) -> None:
     tools = [{"type": "function", "name": "get_weather", "description": "Current weather for a city.",
               "parameters": WEATHER["function"]["parameters"]}]  # type: ignore[index]
     first = client.responses.create(model="m", input="What is the weather in Rome?", tools=tools,  # type: ignore[arg-type]
-                                    tool_choice="required", max_output_tokens=80)
+                                    tool_choice="required", parallel_tool_calls=False, max_output_tokens=120)
     calls = [item for item in first.output if item.type == "function_call"]
     assert calls and calls[0].name == "get_weather"
     assert "city" in json.loads(calls[0].arguments)

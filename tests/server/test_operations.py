@@ -230,3 +230,32 @@ def test_stress_streams_with_random_disconnects_and_health_polling(base_url: str
             break
         time.sleep(0.1)
     assert not any(s["is_processing"] for s in httpx.get(f"{base_url}/slots").json())
+
+
+def test_metrics_text_parses_with_prometheus_client(guarded: tuple[RunningServer, Path]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{guarded[0].url}/metrics", headers={"x-api-key": KEY}).text
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert "llamacpp:prompt_tokens" in names or "llamacpp:prompt_tokens_total" in names
+    assert "llamacpp:request_duration_seconds" in names
+
+
+def test_cors_allows_listed_origins_only(model_path: str, tmp_path: Path) -> None:
+    srv = start_server(["-m", model_path, "-np", "1", "-c", "512", "--cors-origins", "https://app.example"], tmp_path)
+    try:
+        preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+        ok = httpx.options(f"{srv.url}/v1/chat/completions", headers={"Origin": "https://app.example", **preflight})
+        assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "https://app.example"
+        refused = httpx.options(f"{srv.url}/v1/chat/completions", headers={"Origin": "https://evil.example",
+                                                                          **preflight})
+        assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
+    finally:
+        stop_server(srv)
+
+
+def test_a_40_mib_body_is_413_under_the_default_limit(base_url: str) -> None:
+    body = b'{"prompt": "' + b"a" * (40 * 1024 * 1024) + b'"}'
+    r = httpx.post(f"{base_url}/completion", content=body, headers={"Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 413
+    assert httpx.get(f"{base_url}/health").status_code == 200
