@@ -59,6 +59,12 @@ async def _embed(rt: ModelRuntime, inputs: list[list[int]]) -> list[np.ndarray]:
         raise APIError(str(exc)) from None
 
 
+def _floats(vec: np.ndarray) -> list[float]:
+    """float32 values with the digits float32 has (9 significant), not float64's 17:
+    the JSON is about half the size and parses that much faster on the client."""
+    return [float(f"{x:.9g}") for x in vec.tolist()]
+
+
 def _usage(inputs: list[list[int]]) -> dict[str, int]:
     n = sum(len(t) for t in inputs)
     return {"prompt_tokens": n, "total_tokens": n}
@@ -75,7 +81,7 @@ async def openai_embeddings(rt: ModelRuntime, req: EmbeddingRequest) -> dict[str
         if req.encoding_format == "base64":
             value: Any = base64.b64encode(unit.astype("<f4").tobytes()).decode()
         else:
-            value = unit.tolist()
+            value = _floats(unit)
         data.append({"object": "embedding", "index": i, "embedding": value})
     return {"object": "list", "data": data, "model": req.model or rt.alias, "usage": _usage(inputs)}
 
@@ -89,9 +95,9 @@ async def native_embeddings(rt: ModelRuntime, req: NativeEmbeddingRequest) -> li
     out = []
     for i, vec in enumerate(vectors):
         if vec.ndim == 1:
-            rows = [normalize(vec, req.embd_normalize).tolist()]
+            rows = [_floats(normalize(vec, req.embd_normalize))]
         else:
-            rows = [normalize(row, req.embd_normalize).tolist() for row in vec]
+            rows = [_floats(normalize(row, req.embd_normalize)) for row in vec]
         out.append({"index": i, "embedding": rows})
     return out
 

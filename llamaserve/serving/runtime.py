@@ -27,6 +27,7 @@ from llamaserve.llama.model import Model, ModelInfo
 
 log = logging.getLogger("llamaserve")
 
+EMBED_SEQUENCES = 64
 BUILD_INFO = f"llamaserve-0.1.0 (llama-cpp-python {llama_cpp.__version__})"
 
 
@@ -113,14 +114,17 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
     info = model.info()
     n_slots = config.effective_parallel
     n_ctx = config.ctx_size or info.n_ctx_train
+    embedding_only = config.embedding or config.reranking
     settings = ContextSettings(
         n_ctx=n_ctx,
         n_batch=config.batch_size,
         n_ubatch=config.ubatch_size,
-        n_seq_max=n_slots,
+        # Embedding requests pack many inputs into one decode, one sequence each;
+        # more sequences than slots lets a whole batch of sentences go at once.
+        n_seq_max=max(n_slots, EMBED_SEQUENCES) if embedding_only else n_slots,
         n_threads=config.effective_threads,
         n_threads_batch=config.effective_threads_batch,
-        kv_unified=config.effective_kv_unified,
+        kv_unified=True if embedding_only else config.effective_kv_unified,
         embeddings=config.embedding or config.reranking,
         pooling="rank" if config.reranking else config.pooling,
         flash_attn=config.flash_attn,
