@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from llamaserve.api.errors import APIError, validation_message
+from llamaserve.errors import APIError, validation_message
 from llamaserve.api.metrics import LlamaCollector, render_metrics
 from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware
 from llamaserve.api.sse import ClientGone, data_event, sse_response, until_disconnect

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from llamaserve.api.app import JSONUTF8Response, read_json, stream_events
-from llamaserve.api.errors import APIError
+from llamaserve.errors import APIError
 from llamaserve.api.sse import ClientGone, until_disconnect
 from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
 from llamaserve.protocol.responses import ResponsesRequest

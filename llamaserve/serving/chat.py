@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llamaserve.api.errors import APIError
+from llamaserve.errors import APIError
 from llamaserve.api.sse import DONE, data_event
 from llamaserve.chat.parsed import (
     ContentDelta,

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from llamaserve.api.errors import APIError
+from llamaserve.errors import APIError
 from llamaserve.llama.embed import EmbedError, normalize
 from llamaserve.protocol.embedding import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
 from llamaserve.serving.params import check_tokens

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from llamaserve.api.errors import APIError
+from llamaserve.errors import APIError
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.types import Failed, Finished, GenerationRequest, TextDelta
 from llamaserve.llama.logprobs import TokenLogprob

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from llamaserve.api.errors import APIError, validation_message
+from llamaserve.errors import APIError, validation_message
 from llamaserve.api.sse import named_event
 from llamaserve.engine.types import Event, Finished, GenerationRequest, TextDelta
 from llamaserve.protocol.anthropic import AnthropicMessage, AnthropicTool, CountTokensRequest, ToolChoice

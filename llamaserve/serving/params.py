@@ -10,7 +10,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from llamaserve.api.errors import APIError
+from llamaserve.errors import APIError
 from llamaserve.llama.model import Model
 from llamaserve.llama.sampler import SAMPLER_ALIASES, SAMPLER_LETTERS, SamplerConfig
 from llamaserve.protocol.common import SamplingFields

@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from llamaserve.api.errors import APIError
+from llamaserve.errors import APIError
 from llamaserve.api.sse import named_event
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.protocol.openai import ChatCompletionRequest

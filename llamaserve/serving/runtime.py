@@ -20,7 +20,7 @@ from llamaserve.config import ConfigError, ServerConfig
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.runner import LlamaRunner
 from llamaserve.engine.scheduler import Scheduler
-from llamaserve.api.errors import APIError
+from llamaserve.errors import APIError
 from llamaserve.llama.context import Context, ContextSettings
 from llamaserve.llama.embed import Embedder
 from llamaserve.llama.model import Model, ModelInfo

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from llamaserve.api.errors import APIError
+from llamaserve.errors import APIError
 from llamaserve.chat.json_schema import SchemaError, json_grammar, schema_to_grammar
 from llamaserve.llama.model import Model
 from llamaserve.llama.sampler import GrammarError, check_grammar

@@ -16,7 +16,7 @@ import httpx
 import httpx2
 import pytest
 
-from llamaserve.api.errors import APIError
+from llamaserve.errors import APIError
 from llamaserve.engine.types import Finished, Timings
 from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
 from llamaserve.serving.chat import ChatChunk

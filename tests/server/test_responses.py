@@ -17,7 +17,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from llamaserve.api.errors import APIError
+from llamaserve.errors import APIError
 from llamaserve.protocol.responses import ResponsesRequest
 from llamaserve.serving.chat import ChatChunk
 from llamaserve.serving.responses import ResponseStream, envelope, finish, output_items, to_chat_request
