@@ -168,6 +168,16 @@ def test_infill_with_a_coder_model(tmp_path_factory: pytest.TempPathFactory) -> 
         assert r.status_code == 200, r.text
         body = r.json()
         assert "a + b" in body["content"] or "b + a" in body["content"], body["content"]
-        assert "<|fim_prefix|>" in body["prompt"] and "util.py" in body["prompt"]
+        # token level: repository context first, then FIM_PRE prefix FIM_SUF suffix FIM_MID
+        def ids(text: str) -> list[int]:
+            return httpx.post(f"{srv.url}/tokenize", json={"content": text, "parse_special": True}).json()["tokens"]
+        tokens = ids(body["prompt"])
+        rep, sep, pre, suf, mid = (ids(t)[0] for t in ("<|repo_name|>", "<|file_sep|>", "<|fim_prefix|>",
+                                                      "<|fim_suffix|>", "<|fim_middle|>"))
+        order = [tokens.index(t) for t in (rep, sep, pre, suf, mid)]
+        assert order == sorted(order) and tokens[-1] == mid
+        prefix_ids = ids("def add(a, b):\n    return ")
+        assert tokens[order[2] + 1:order[3]] == prefix_ids
+        assert "util.py" in body["prompt"]
     finally:
         stop_server(srv)
