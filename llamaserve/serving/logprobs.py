@@ -13,30 +13,26 @@ def _text(model: Model, token: int) -> tuple[str, list[int]]:
     return raw.decode("utf-8", errors="replace"), list(raw)
 
 
+def _entry(model: Model, token: int, logprob: float, with_id: bool) -> dict[str, Any]:
+    text, raw = _text(model, token)
+    entry: dict[str, Any] = {"id": token} if with_id else {}
+    entry.update({"token": text, "bytes": raw, "logprob": logprob})
+    return entry
+
+
+def _entries(model: Model, items: list[TokenLogprob], with_id: bool) -> list[dict[str, Any]]:
+    return [{**_entry(model, lp.token, lp.logprob, with_id),
+             "top_logprobs": [_entry(model, tok, value, with_id) for tok, value in lp.top]} for lp in items]
+
+
 def openai_chat(model: Model, items: list[TokenLogprob]) -> list[dict[str, Any]]:
     """`choices[].logprobs.content[]` of the chat API."""
-    out = []
-    for lp in items:
-        text, raw = _text(model, lp.token)
-        top = []
-        for tok, value in lp.top:
-            t_text, t_raw = _text(model, tok)
-            top.append({"token": t_text, "logprob": value, "bytes": t_raw})
-        out.append({"token": text, "logprob": lp.logprob, "bytes": raw, "top_logprobs": top})
-    return out
+    return _entries(model, items, with_id=False)
 
 
 def native(model: Model, items: list[TokenLogprob]) -> list[dict[str, Any]]:
-    """`completion_probabilities` of /completion."""
-    out = []
-    for lp in items:
-        text, raw = _text(model, lp.token)
-        top = []
-        for tok, value in lp.top:
-            t_text, t_raw = _text(model, tok)
-            top.append({"id": tok, "token": t_text, "bytes": t_raw, "logprob": value})
-        out.append({"id": lp.token, "token": text, "bytes": raw, "logprob": lp.logprob, "top_logprobs": top})
-    return out
+    """`completion_probabilities` of /completion (the same entries, with token ids)."""
+    return _entries(model, items, with_id=True)
 
 
 def legacy(model: Model, items: list[TokenLogprob | int], offset: int = 0) -> dict[str, Any]:
