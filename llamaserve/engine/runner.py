@@ -116,6 +116,8 @@ class LlamaRunner:
                 drawn.append(Sample(token, lp))
             samples.append(drawn)
         prompt_lps: list[list[TokenLogprob]] = []
+        if not any(row.targets for row in plan):  # the usual step: no prompt scoring
+            return StepResult(samples)
         for row, last_index in zip(plan, sample_at):
             first = last_index - len(row.tokens) + 1
             k = max(row.n_probs, 0)

@@ -10,7 +10,10 @@ import ctypes
 import threading
 from dataclasses import dataclass
 
+import llama_cpp
 import llama_cpp.llama_cpp as C
+
+LLAMA_CPP_VERSION: str = llama_cpp.__version__
 
 _backend_lock = threading.Lock()
 _backend_ready = False

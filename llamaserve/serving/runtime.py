@@ -12,8 +12,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import llama_cpp
-
 from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError
 from llamaserve.chat.tools import ToolFormat, detect_format
 from llamaserve.config import ConfigError, ServerConfig
@@ -23,7 +21,7 @@ from llamaserve.engine.scheduler import Scheduler
 from llamaserve.errors import APIError
 from llamaserve.llama.context import Context, ContextSettings
 from llamaserve.llama.embed import Embedder
-from llamaserve.llama.model import Model, ModelInfo
+from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, ModelInfo
 
 log = logging.getLogger("llamaserve")
 
@@ -31,7 +29,7 @@ log = logging.getLogger("llamaserve")
 # micro-batch (masked), so packing too many inputs wastes attention work: 16
 # measured ~1.0-1.1x the C++ server on MiniLM where 64 gave ~0.85x.
 EMBED_SEQUENCES = 16
-BUILD_INFO = f"llamaserve-0.1.0 (llama-cpp-python {llama_cpp.__version__})"
+BUILD_INFO = f"llamaserve-0.1.0 (llama-cpp-python {LLAMA_CPP_VERSION})"
 
 
 @dataclass
