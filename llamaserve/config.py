@@ -34,7 +34,7 @@ def embedded_default_model() -> str | None:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    model: str
+    model: str = ""  # empty until -hf/--model-url resolve it
     alias: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8080
@@ -82,6 +82,23 @@ class ServerConfig:
     static_path: str | None = None  # --path: serve these files at / instead of the web UI
     webui_config: str | None = None  # JSON object of UI defaults, exposed as /props ui_settings
     webui_config_file: str | None = None
+    # model sources other than a local path (resolved to `model` before the server starts)
+    hf_repo: str | None = None  # <user>/<model>[:quant]
+    hf_file: str | None = None
+    hf_token: str | None = None
+    model_url: str | None = None
+    offline: bool = False
+    # stateful Responses API: the SQLite file that keeps stored responses ("" = user cache dir)
+    responses_db: str | None = None
+    # KV-cache management
+    slot_save_path: str | None = None
+    cache_reuse: int = 0  # minimum chunk size reused by KV shifting; 0 = off
+    context_shift: bool = False
+    cache_ram_mib: int = 8192  # host-memory prompt cache; -1 no limit, 0 off
+    cache_persist: bool = False  # save slot caches on shutdown, reload on start (needs slot_save_path)
+    sleep_idle_seconds: int = -1
+    lora: tuple[tuple[str, float], ...] = ()  # (path, scale)
+    lora_init_without_apply: bool = False
 
     @property
     def effective_parallel(self) -> int:
@@ -106,6 +123,17 @@ class ServerConfig:
         return self.alias[0] if self.alias else os.path.basename(self.model)
 
     def validate(self) -> None:
+        if self.cache_reuse < 0:
+            raise ConfigError("--cache-reuse must be >= 0")
+        if self.cache_ram_mib < -1:
+            raise ConfigError("--cache-ram must be -1 (no limit), 0 (off) or a size in MiB")
+        if self.cache_persist and not self.slot_save_path:
+            raise ConfigError("--cache-persist needs --slot-save-path")
+        if self.slot_save_path and not os.path.isdir(self.slot_save_path):
+            raise ConfigError(f"--slot-save-path: not a directory: {self.slot_save_path}")
+        for path, _ in self.lora:
+            if not os.path.isfile(path):
+                raise ConfigError(f"LoRA adapter not found: {path}")
         if not os.path.isfile(self.model):
             raise ConfigError(f"model file not found: {self.model}")
         if self.n_parallel == 0 or self.n_parallel < -1:
