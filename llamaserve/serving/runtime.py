@@ -10,7 +10,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError
 from llamaserve.chat.tools import ToolFormat, detect_format
@@ -22,6 +22,9 @@ from llamaserve.errors import APIError
 from llamaserve.llama.context import Context, ContextSettings
 from llamaserve.llama.embed import Embedder
 from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, ModelInfo
+
+if TYPE_CHECKING:  # serving/sleep.py imports this module
+    from llamaserve.serving.sleep import Snapshot
 
 log = logging.getLogger("llamaserve")
 
@@ -160,3 +163,6 @@ class ServerState:
     runtime: ModelRuntime | None = None
     load_error: str | None = None
     started: float = field(default_factory=time.time)
+    # Set while --sleep-idle-seconds has unloaded the model (serving/sleep.py):
+    # `runtime` is then None and /props, /v1/models and /metrics answer from this.
+    asleep: Snapshot | None = None
