@@ -74,6 +74,19 @@ class Runner(Protocol):
 
     def seq_copy(self, src: int, dst: int) -> None: ...
 
+    def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None: ...
+
+    @property
+    def can_shift(self) -> bool: ...
+
+    def seq_state(self, seq_id: int) -> bytes: ...
+
+    def set_seq_state(self, seq_id: int, data: bytes) -> bool: ...
+
+    def save_seq_file(self, path: str, seq_id: int, tokens: list[int]) -> int: ...
+
+    def load_seq_file(self, path: str, seq_id: int) -> tuple[int, list[int]]: ...
+
     def piece(self, token: int) -> bytes: ...
 
     def is_eog(self, token: int) -> bool: ...
@@ -130,6 +143,25 @@ class LlamaRunner:
 
     def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None:
         self.context.seq_remove(seq_id, p0, p1)
+
+    def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        self.context.seq_shift(seq_id, p0, p1, delta)
+
+    @property
+    def can_shift(self) -> bool:
+        return self.context.can_shift
+
+    def seq_state(self, seq_id: int) -> bytes:
+        return self.context.seq_state(seq_id)
+
+    def set_seq_state(self, seq_id: int, data: bytes) -> bool:
+        return self.context.set_seq_state(seq_id, data)
+
+    def save_seq_file(self, path: str, seq_id: int, tokens: list[int]) -> int:
+        return self.context.save_seq_file(path, seq_id, tokens)
+
+    def load_seq_file(self, path: str, seq_id: int) -> tuple[int, list[int]]:
+        return self.context.load_seq_file(path, seq_id, self.n_ctx_seq)
 
     def piece(self, token: int) -> bytes:
         return self.model.piece(token)

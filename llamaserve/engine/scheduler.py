@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from llamaserve.engine.kvcache import CachePolicy, PromptCache, context_shift, plan_chunk_reuse
 from llamaserve.engine.runner import PlanRow, Runner, Sample
 from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
 from llamaserve.engine.stats import SchedulerStats
@@ -50,10 +51,14 @@ class Abort:
 
 @dataclass
 class Call:
-    """Run a function on the scheduler thread (slot save/restore, state reads)."""
+    """Run a function on the scheduler thread (slot save/restore, state reads).
+
+    With ``idle_slot`` set, the call waits until that slot has no request.
+    """
 
     fn: Callable[[], object]
     reply: Callable[[object, BaseException | None], None]
+    idle_slot: int = -1
 
 
 @dataclass
@@ -67,13 +72,17 @@ Message = Submit | Abort | Call | Shutdown
 class Scheduler:
     """Continuous-batching scheduler over `n_slots` KV sequences."""
 
-    def __init__(self, runner: Runner, n_slots: int, *, slot_prompt_similarity: float = 0.1) -> None:
+    def __init__(self, runner: Runner, n_slots: int, *, slot_prompt_similarity: float = 0.1,
+                 cache: CachePolicy | None = None) -> None:
         self.runner = runner
         self.slots = [Slot(i, runner.n_ctx_seq) for i in range(n_slots)]
         self.slot_prompt_similarity = slot_prompt_similarity
+        self.cache = cache or CachePolicy()
+        self.prompt_cache = PromptCache(self.cache.cache_ram_bytes) if self.cache.cache_ram_bytes else None
         self.stats = SchedulerStats()
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._waiting: deque[list[Task]] = deque()
+        self._deferred_calls: list[Call] = []
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
         self._running = True  # cleared by Shutdown; _step() also works without the thread (tests)
@@ -103,8 +112,9 @@ class Scheduler:
     def abort(self, task_id: int) -> None:
         self._inbox.put(Abort(task_id))
 
-    def call(self, fn: Callable[[], object], reply: Callable[[object, BaseException | None], None]) -> None:
-        self._inbox.put(Call(fn, reply))
+    def call(self, fn: Callable[[], object], reply: Callable[[object, BaseException | None], None],
+             *, idle_slot: int = -1) -> None:
+        self._inbox.put(Call(fn, reply, idle_slot))
 
     @property
     def n_ctx_slot(self) -> int:
@@ -126,6 +136,7 @@ class Scheduler:
         self._drain_inbox(block=not self._has_work())
         if not self._running:
             return
+        self._run_deferred_calls()
         self._admit_waiting()
         plan, planned = self._build_plan()
         if not plan:
@@ -188,15 +199,29 @@ class Scheduler:
         elif isinstance(msg, Abort):
             self._abort(msg.task_id)
         elif isinstance(msg, Call):
-            try:
-                value = msg.fn()
-            except BaseException as exc:  # handed back to the caller, not raised here
-                msg.reply(None, exc)
+            if msg.idle_slot >= 0 and self.slots[msg.idle_slot].busy:
+                self._deferred_calls.append(msg)  # e.g. a slot save waits for the slot's request
             else:
-                msg.reply(value, None)
+                self._run_call(msg)
         elif isinstance(msg, Shutdown):
             self._running = False
             self._fail_all("server is shutting down")
+
+    def _run_call(self, msg: Call) -> None:
+        try:
+            value = msg.fn()
+        except BaseException as exc:  # handed back to the caller, not raised here
+            msg.reply(None, exc)
+        else:
+            msg.reply(value, None)
+
+    def _run_deferred_calls(self) -> None:
+        if not self._deferred_calls:
+            return
+        ready = [c for c in self._deferred_calls if not self.slots[c.idle_slot].busy]
+        self._deferred_calls = [c for c in self._deferred_calls if c not in ready]
+        for msg in ready:
+            self._run_call(msg)
 
     # ---------------------------------------------------------- admission
     def _admit_waiting(self) -> None:
@@ -259,13 +284,7 @@ class Scheduler:
                 kind="exceed_context_size_error",
                 extra={"n_prompt_tokens": len(prompt), "n_ctx": slot.n_ctx})])
             return False
-        # Scoring the prompt needs the logits of every prompt position: nothing can be reused.
-        reuse = req.cache_prompt and not req.prompt_logprobs
-        keep = common_prefix_length(slot.cache_tokens, prompt) if reuse else 0
-        keep = min(keep, len(prompt) - 1)  # the last prompt token is decoded again for its logits
-        if keep < len(slot.cache_tokens):
-            self.runner.seq_remove(slot.id, keep, -1)
-            del slot.cache_tokens[keep:]
+        keep = self._reuse_cache(slot, req)
         slot.clear_task()
         slot.task = task
         slot.prompt = list(prompt)
@@ -281,6 +300,75 @@ class Scheduler:
         self.stats.prompt_tokens_cached_total += keep
         self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
         return True
+
+    # ------------------------------------------------------------ KV reuse
+    def _reuse_cache(self, slot: Slot, req: GenerationRequest) -> int:
+        """Prepare slot's KV for req's prompt; returns how many prompt tokens are already in place.
+
+        In order: the common prefix with what the slot holds; a longer prefix
+        from the host-memory cache; chunks further on moved into place
+        (--cache-reuse). Whatever is left of the old content is removed.
+        """
+        prompt = req.prompt_tokens
+        # Scoring the prompt needs the logits of every prompt position: nothing can be reused.
+        reuse = req.cache_prompt and not req.prompt_logprobs
+        keep = common_prefix_length(slot.cache_tokens, prompt) if reuse else 0
+        if self.prompt_cache is not None and keep < len(slot.cache_tokens):
+            self._park(slot)
+        if reuse and self.prompt_cache is not None:
+            entry, n = self.prompt_cache.best(prompt)
+            if entry is not None and n > keep:
+                self._truncate(slot, 0)
+                if self.runner.set_seq_state(slot.id, entry.state):
+                    slot.cache_tokens = list(entry.tokens)
+                    keep = n
+                    self.stats.prompt_cache_hits += 1
+                else:  # a state that no longer fits (e.g. unified KV is full): start clean
+                    self.runner.seq_remove(slot.id, 0, -1)
+        min_chunk = req.n_cache_reuse if req.n_cache_reuse >= 0 else self.cache.cache_reuse
+        if reuse and min_chunk > 0 and keep < len(slot.cache_tokens) and self.runner.can_shift:
+            keep = self._move_chunks(slot, prompt, keep, min_chunk)
+        keep = min(keep, len(prompt) - 1)  # the last prompt token is decoded again for its logits
+        self._truncate(slot, keep)
+        return keep
+
+    def _truncate(self, slot: Slot, keep: int) -> None:
+        if keep < len(slot.cache_tokens):
+            self.runner.seq_remove(slot.id, keep, -1)
+            del slot.cache_tokens[keep:]
+
+    def _park(self, slot: Slot) -> None:
+        """Copy the slot's KV to the host-memory cache before it is overwritten."""
+        assert self.prompt_cache is not None
+        tokens = slot.cache_tokens
+        if not tokens or self.prompt_cache.covers(tokens):
+            return
+        if self.prompt_cache.put(tokens, self.runner.seq_state(slot.id)):
+            self.stats.prompt_cache_saves += 1
+
+    def _move_chunks(self, slot: Slot, prompt: list[int], keep: int, min_chunk: int) -> int:
+        moves, in_place = plan_chunk_reuse(slot.cache_tokens, prompt, keep, min_chunk)
+        if not moves:
+            return keep
+        for m in moves:
+            # Drop the cells between the chunk's new and old place, then slide it back.
+            self.runner.seq_remove(slot.id, m.dst, m.src)
+            self.runner.seq_shift(slot.id, m.src, m.src + m.length, m.dst - m.src)
+        self.runner.seq_remove(slot.id, in_place, -1)
+        slot.cache_tokens = list(prompt[:in_place])
+        self.stats.cache_reuse_tokens += sum(m.length for m in moves)
+        return in_place
+
+    def _shift_context(self, slot: Slot) -> None:
+        """The slot is full: drop half of what follows the kept prefix and slide the rest back."""
+        req = slot.task.request if slot.task else None
+        n_keep = len(slot.prompt) if req is not None and req.n_keep < 0 else (req.n_keep if req else 0)
+        start, n_discard = context_shift(slot.n_past, n_keep)
+        self.runner.seq_remove(slot.id, start, start + n_discard)
+        self.runner.seq_shift(slot.id, start + n_discard, slot.n_past, -n_discard)
+        del slot.cache_tokens[start:start + n_discard]
+        slot.truncated = True
+        self.stats.context_shifts += 1
 
     def _start_follower(self, slot: Slot, task: Task, leader: Slot) -> None:
         slot.clear_task()
@@ -357,7 +445,10 @@ class Scheduler:
             elif req.n_predict >= 0 and n_gen >= req.n_predict:
                 stop_type = "limit"
             elif slot.n_past + 1 >= slot.n_ctx:
-                stop_type = "limit"  # the slot's context is full
+                if self.cache.context_shift and self.runner.can_shift:
+                    self._shift_context(slot)
+                else:
+                    stop_type = "limit"  # the slot's context is full
             elif req.t_max_predict_ms > 0 and "\n" in slot.stream.text and \
                     (now - slot.t_prompt_done) * 1000.0 > req.t_max_predict_ms:
                 stop_type = "limit"
@@ -396,7 +487,7 @@ class Scheduler:
             n_predicted=n_gen,
             timings=timings,
             id_slot=slot.id,
-            truncated=False,
+            truncated=slot.truncated,
             all_tokens=list(slot.generated),
             prompt_logprobs=slot.prompt_logprobs,
         )

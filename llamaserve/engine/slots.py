@@ -73,6 +73,7 @@ class Slot:
         self.unsent_logprobs: list[TokenLogprob] = []
         self.followers: list[Slot] = []  # slots of the other n > 1 choices sharing this prompt
         self.prompt_logprobs: list[TokenLogprob] = []
+        self.truncated = False  # a context shift dropped tokens during this request
         self.stream = TextStream()
         self.t_start = 0.0
         self.t_prompt_done = 0.0

@@ -18,3 +18,7 @@ class SchedulerStats:
     requests_processing: int = 0
     requests_deferred: int = 0
     requests_finished_total: int = 0
+    prompt_cache_saves: int = 0  # slot KV states parked in the host-memory cache
+    prompt_cache_hits: int = 0  # prompts started from a parked state
+    cache_reuse_tokens: int = 0  # tokens kept by moving chunks (--cache-reuse)
+    context_shifts: int = 0

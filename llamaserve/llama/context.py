@@ -101,8 +101,45 @@ class Context:
     def seq_copy(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         C.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
 
+    def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """Move the positions of cells in [p0, p1) by delta (RoPE is re-applied lazily)."""
+        C.llama_memory_seq_add(self.memory, seq_id, p0, p1, delta)
+
+    @property
+    def can_shift(self) -> bool:
+        return bool(C.llama_memory_can_shift(self.memory))
+
     def clear(self) -> None:
         C.llama_memory_clear(self.memory, True)
+
+    # ---------------------------------------------------------------- state
+    def seq_state(self, seq_id: int) -> bytes:
+        """The KV cells of one sequence, serialised (for the host-memory prompt cache)."""
+        size = int(C.llama_state_seq_get_size(self.handle, seq_id))
+        buf = (ctypes.c_uint8 * size)()
+        written = int(C.llama_state_seq_get_data(self.handle, buf, size, seq_id))
+        return bytes(memoryview(buf)[:written])
+
+    def set_seq_state(self, seq_id: int, data: bytes) -> bool:
+        """Load what seq_state returned into seq_id (which should be empty)."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        return int(C.llama_state_seq_set_data(self.handle, buf, len(data), seq_id)) > 0
+
+    def save_seq_file(self, path: str, seq_id: int, tokens: list[int]) -> int:
+        """Write a sequence's KV cells and its tokens; returns bytes written (0 on failure)."""
+        arr = (C.llama_token * len(tokens))(*tokens)
+        return int(C.llama_state_seq_save_file(self.handle, path.encode(), seq_id, arr, len(tokens)))
+
+    def load_seq_file(self, path: str, seq_id: int, capacity: int) -> tuple[int, list[int]]:
+        """Read a file written by save_seq_file into seq_id; returns (bytes read, tokens).
+
+        Bytes read is 0 when the file does not fit this context or model.
+        """
+        arr = (C.llama_token * capacity)()
+        count = ctypes.c_size_t(0)
+        n_read = int(C.llama_state_seq_load_file(self.handle, path.encode(), seq_id, arr, capacity,
+                                                 ctypes.byref(count)))
+        return n_read, list(arr[:count.value]) if n_read else []
 
     def close(self) -> None:
         if self.handle:

@@ -57,4 +57,5 @@ class SamplingFields(BaseModel):
     id_slot: int | None = Field(None, ge=-1)
     t_max_predict_ms: int | None = Field(None, ge=0)
     n_keep: int | None = Field(None, ge=-1)
+    n_cache_reuse: int | None = Field(None, ge=0)
     n_predict: int | None = Field(None, ge=-1)

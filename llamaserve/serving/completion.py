@@ -49,7 +49,8 @@ def build_request(rt: ModelRuntime, req: SamplingFields, tokens: list[int], *, n
         cache_prompt=rt.config.cache_prompt if req.cache_prompt is None else req.cache_prompt,
         id_slot=-1 if req.id_slot is None else req.id_slot,
         t_max_predict_ms=req.t_max_predict_ms or 0,
-        n_keep=req.n_keep or 0,
+        n_keep=rt.config.n_keep if req.n_keep is None else req.n_keep,
+        n_cache_reuse=-1 if req.n_cache_reuse is None else req.n_cache_reuse,
         n_probs=n_probs,
     )
 

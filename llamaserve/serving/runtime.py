@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,8 +17,10 @@ from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateErro
 from llamaserve.chat.tools import ToolFormat, detect_format
 from llamaserve.config import ConfigError, ServerConfig
 from llamaserve.engine.client import EngineClient
+from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.runner import LlamaRunner
 from llamaserve.engine.scheduler import Scheduler
+from llamaserve.engine.slot_files import SlotFiles
 from llamaserve.errors import APIError
 from llamaserve.llama.context import Context, ContextSettings
 from llamaserve.llama.embed import Embedder
@@ -49,6 +52,7 @@ class ModelRuntime:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     ui_settings: dict[str, Any] = field(default_factory=dict)
     embedder: Embedder | None = None
+    slot_files: SlotFiles | None = None  # with --slot-save-path
     _tool_format: ToolFormat | None = None
 
     def require_generation(self) -> None:
@@ -74,6 +78,11 @@ class ModelRuntime:
 
     def close(self) -> None:
         self.scheduler.stop()
+        if self.config.cache_persist and self.slot_files is not None:
+            try:
+                self.slot_files.persist_all()
+            except OSError as exc:  # a full disk must not turn a clean stop into a crash
+                log.error("could not persist the slot caches: %s", exc)
         self.context.close()
         self.model.close()
 
@@ -112,6 +121,12 @@ def _ui_settings(config: ServerConfig) -> dict[str, Any]:
     return settings
 
 
+def cache_policy(config: ServerConfig) -> CachePolicy:
+    ram = config.cache_ram_mib
+    return CachePolicy(cache_reuse=config.cache_reuse, context_shift=config.context_shift,
+                       cache_ram_bytes=ram * 1024 * 1024 if ram > 0 else ram)
+
+
 def load_runtime(config: ServerConfig) -> ModelRuntime:
     t0 = time.perf_counter()
     model = Model(config.model, n_gpu_layers=config.n_gpu_layers, use_mmap=config.use_mmap)
@@ -134,7 +149,15 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
     )
     context = Context(model, settings)
     runner = LlamaRunner(model, context)
-    scheduler = Scheduler(runner, n_slots, slot_prompt_similarity=config.slot_prompt_similarity)
+    scheduler = Scheduler(runner, n_slots, slot_prompt_similarity=config.slot_prompt_similarity,
+                          cache=cache_policy(config))
+    slot_files = None
+    if config.slot_save_path:
+        slot_files = SlotFiles(scheduler, config.slot_save_path, {
+            "file": os.path.basename(config.model), "size": os.path.getsize(config.model),
+            "n_ctx_seq": context.n_ctx_seq, "n_slots": n_slots})
+        if config.cache_persist:
+            slot_files.load_all()  # before the scheduler thread starts: nothing else touches the KV yet
     source = _template_source(config, model)
     bos = model.token_text(model.bos) if model.bos >= 0 else ""
     eos = model.token_text(model.eos) if model.eos >= 0 else ""
@@ -152,7 +175,7 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
     return ModelRuntime(config=config, model=model, context=context, scheduler=scheduler,
                         engine=EngineClient(scheduler), template=template, template_source=source,
                         info=info, chat_template_kwargs=kwargs, ui_settings=ui_settings,
-                        embedder=Embedder(context) if settings.embeddings else None)
+                        embedder=Embedder(context) if settings.embeddings else None, slot_files=slot_files)
 
 
 @dataclass

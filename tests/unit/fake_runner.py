@@ -4,6 +4,7 @@ checked exactly and in milliseconds."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from llamaserve.engine.runner import PlanRow, Sample, StepResult
@@ -38,11 +39,19 @@ class FakeRunner:
         # scripts[prompt] = the tokens generated after that prompt, in order;
         # past the end of a script (or for an unknown prompt) token 7 repeats
         self.scripts: dict[tuple[int, ...], list[int]] = {}
-        self.kv: dict[int, list[int]] = {i: [] for i in range(n_seq_max)}
+        # per sequence, its cells as [position, token], like a KV cache's
+        self.cells: dict[int, list[list[int]]] = {i: [] for i in range(n_seq_max)}
         self.plans: list[list[PlanRow]] = []
         self.removed: list[tuple[int, int, int]] = []
         self.copies: list[tuple[int, int]] = []
         self.fail_next = False
+        self.shifts: list[tuple[int, int, int, int]] = []
+
+    def tokens(self, seq_id: int) -> list[int]:
+        """The sequence's tokens in position order; positions must be 0..n-1."""
+        cells = sorted(self.cells[seq_id])
+        assert [p for p, _ in cells] == list(range(len(cells))), f"seq {seq_id}: holes in {cells}"
+        return [t for _, t in cells]
 
     def new_sampler(self, params: SamplingParams) -> FakeSampler:
         return FakeSampler()
@@ -55,16 +64,17 @@ class FakeRunner:
             return StepResult([[] for _ in plan], error="boom")
         samples: list[list[Sample]] = []
         for row in plan:
-            seq = self.kv[row.seq_id]
+            seq = self.tokens(row.seq_id)
             assert row.start_pos == len(seq), f"seq {row.seq_id}: pos {row.start_pos} != kv {len(seq)}"
-            seq.extend(row.tokens)
+            self.cells[row.seq_id] += [[row.start_pos + i, t] for i, t in enumerate(row.tokens)]
+            seq += row.tokens
             # choice i of an n > 1 group draws script token + i, so choices differ visibly
             samples.append([Sample(self._next(seq) + i) for i, _ in enumerate(row.samplers)])
         return StepResult(samples)
 
     def seq_copy(self, src: int, dst: int) -> None:
         self.copies.append((src, dst))
-        self.kv[dst] = list(self.kv[src])
+        self.cells[dst] = [list(c) for c in self.cells[src]]
 
     def _next(self, seq: list[int]) -> int:
         for prompt, script in self.scripts.items():
@@ -75,7 +85,37 @@ class FakeRunner:
 
     def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None:
         self.removed.append((seq_id, p0, p1))
-        del self.kv[seq_id][p0:]
+        end = p1 if p1 >= 0 else 1 << 30
+        self.cells[seq_id] = [c for c in self.cells[seq_id] if not p0 <= c[0] < end]
+
+    def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        self.shifts.append((seq_id, p0, p1, delta))
+        for cell in self.cells[seq_id]:
+            if p0 <= cell[0] < p1:
+                cell[0] += delta
+
+    can_shift = True
+
+    def seq_state(self, seq_id: int) -> bytes:
+        return json.dumps(self.cells[seq_id]).encode()
+
+    def set_seq_state(self, seq_id: int, data: bytes) -> bool:
+        assert not self.cells[seq_id], "state restored into a sequence that is not empty"
+        self.cells[seq_id] = json.loads(data)
+        return True
+
+    def save_seq_file(self, path: str, seq_id: int, tokens: list[int]) -> int:
+        data = json.dumps({"cells": self.cells[seq_id], "tokens": tokens}).encode()
+        with open(path, "wb") as fh:
+            fh.write(data)
+        return len(data)
+
+    def load_seq_file(self, path: str, seq_id: int) -> tuple[int, list[int]]:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        saved = json.loads(data)
+        self.cells[seq_id] = saved["cells"]
+        return len(data), saved["tokens"]
 
     def piece(self, token: int) -> bytes:
         return self.pieces.get(token, f"<{token}>".encode())

@@ -1,0 +1,140 @@
+"""KV-cache bookkeeping that needs no model: the host-memory prompt cache, the
+chunk moves of `--cache-reuse` and the arithmetic of a context shift.
+
+The scheduler applies what these compute to the runner's KV sequences.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from llamaserve.engine.slots import common_prefix_length
+
+
+# ------------------------------------------------------------ host-RAM cache
+@dataclass
+class CachedPrompt:
+    """A sequence's serialised KV cells and the tokens they hold."""
+
+    tokens: list[int]
+    state: bytes
+    saved_at: float = field(default_factory=time.time)
+
+    @property
+    def size(self) -> int:
+        return len(self.state) + 4 * len(self.tokens)
+
+
+class PromptCache:
+    """Prompt KV states kept in host memory, least recently used out first.
+
+    A slot that is about to be overwritten by an unrelated prompt parks its KV
+    here; a later request sharing that prefix gets it back instead of
+    recomputing it. The limit counts serialised bytes.
+    """
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes  # < 0: no limit
+        self._entries: OrderedDict[int, CachedPrompt] = OrderedDict()
+        self._next_key = 0
+        self.bytes_used = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self) -> list[CachedPrompt]:
+        return list(self._entries.values())
+
+    def covers(self, tokens: list[int]) -> bool:
+        """True when some entry already holds these tokens (or a longer run starting with them)."""
+        return any(len(e.tokens) >= len(tokens) and e.tokens[:len(tokens)] == tokens
+                   for e in self._entries.values())
+
+    def put(self, tokens: list[int], state: bytes) -> bool:
+        """Keep a state; entries it extends are dropped. False when it can never fit."""
+        entry = CachedPrompt(list(tokens), state)
+        if 0 <= self.limit_bytes < entry.size:
+            return False
+        for key, old in list(self._entries.items()):
+            if len(old.tokens) <= len(tokens) and tokens[:len(old.tokens)] == old.tokens:
+                self._drop(key)  # the new entry holds everything the old one did
+        key = self._next_key
+        self._next_key += 1
+        self._entries[key] = entry
+        self.bytes_used += entry.size
+        while 0 <= self.limit_bytes < self.bytes_used:
+            self._drop(next(iter(self._entries)))
+        return True
+
+    def best(self, prompt: list[int]) -> tuple[CachedPrompt | None, int]:
+        """The entry sharing the longest prefix with prompt, and that length (marked recently used)."""
+        best_key, best_len = -1, 0
+        for key, entry in self._entries.items():
+            n = common_prefix_length(entry.tokens, prompt)
+            if n > best_len:
+                best_key, best_len = key, n
+        if best_key < 0:
+            return None, 0
+        self._entries.move_to_end(best_key)
+        return self._entries[best_key], best_len
+
+    def _drop(self, key: int) -> None:
+        self.bytes_used -= self._entries.pop(key).size
+
+
+# ------------------------------------------------------------ --cache-reuse
+@dataclass(frozen=True)
+class ChunkMove:
+    """Cells at cache positions [src, src+length) move to start at dst (dst < src)."""
+
+    src: int
+    dst: int
+    length: int
+
+
+def plan_chunk_reuse(cached: list[int], prompt: list[int], start: int, min_chunk: int) -> tuple[list[ChunkMove], int]:
+    """Find runs of the cache beyond the common prefix that reappear, in order, in the prompt.
+
+    ``start`` is the common prefix length. Walking cache and prompt together,
+    a run of at least ``min_chunk`` equal tokens is kept and moved back to
+    where the prompt needs it; shorter runs are skipped over in the cache.
+    Returns the moves and the number of prompt tokens then in place.
+    """
+    moves: list[ChunkMove] = []
+    head_c, head_p = start, start
+    # The prompt's last token is always decoded again for its logits.
+    limit_p = len(prompt) - 1
+    while head_c < len(cached) and head_p < limit_p:
+        n = 0
+        while head_c + n < len(cached) and head_p + n < limit_p and cached[head_c + n] == prompt[head_p + n]:
+            n += 1
+        if n >= min_chunk:
+            moves.append(ChunkMove(head_c, head_p, n))
+            head_c += n
+            head_p += n
+        else:
+            head_c += 1
+    return moves, head_p
+
+
+# ------------------------------------------------------------ --context-shift
+def context_shift(n_past: int, n_keep: int) -> tuple[int, int]:
+    """Where a full slot drops cells: (first dropped position, count).
+
+    The first ``n_keep`` tokens stay (the system prompt, usually) and half of
+    the rest goes, as llama-server does, so generation can continue.
+    """
+    keep = max(0, min(n_keep, n_past - 2))
+    n_discard = (n_past - keep) // 2
+    return keep, max(n_discard, 1)
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    """The server's KV-cache flags, as the scheduler needs them."""
+
+    cache_reuse: int = 0  # --cache-reuse: smallest chunk moved by KV shifting; 0 = off
+    context_shift: bool = False  # --context-shift
+    cache_ram_bytes: int = 0  # --cache-ram in bytes; 0 = off, < 0 = no limit

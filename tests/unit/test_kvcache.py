@@ -1,0 +1,187 @@
+"""KV-cache management with a fake runner: host-memory prompt cache, chunk reuse,
+context shift, slot files and deferred slot actions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamaserve.engine.kvcache import CachePolicy, ChunkMove, PromptCache, context_shift, plan_chunk_reuse
+from llamaserve.engine.scheduler import Scheduler
+from llamaserve.engine.slot_files import SlotFileError, SlotFiles, validate_filename
+
+from .fake_runner import FakeRunner
+from .test_scheduler import run_until_idle, submit
+
+
+def make(n_slots: int = 1, policy: CachePolicy | None = None, **kw: int) -> tuple[Scheduler, FakeRunner]:
+    runner = FakeRunner(n_seq_max=n_slots, **kw)
+    return Scheduler(runner, n_slots, cache=policy), runner
+
+
+# ------------------------------------------------------------ pure helpers
+def test_chunk_reuse_finds_runs_that_moved_back() -> None:
+    cached = [1, 2, 3, 50, 51, 10, 11, 12, 13, 60, 20, 21, 22, 23]
+    prompt = [1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23, 99]
+    moves, in_place = plan_chunk_reuse(cached, prompt, start=3, min_chunk=4)
+    assert moves == [ChunkMove(src=5, dst=3, length=4), ChunkMove(src=10, dst=7, length=4)]
+    assert in_place == 11
+
+
+def test_chunk_reuse_skips_runs_shorter_than_the_minimum() -> None:
+    cached = [1, 9, 9, 10, 11, 12]
+    prompt = [1, 10, 11, 12, 7]
+    assert plan_chunk_reuse(cached, prompt, 1, min_chunk=4) == ([], 1)
+    assert plan_chunk_reuse(cached, prompt, 1, min_chunk=3) == ([ChunkMove(3, 1, 3)], 4)
+
+
+def test_chunk_reuse_never_covers_the_last_prompt_token() -> None:
+    moves, in_place = plan_chunk_reuse([1, 8, 2, 3], [1, 2, 3], 1, min_chunk=1)
+    assert in_place == 2 and moves == [ChunkMove(2, 1, 1)]
+
+
+def test_context_shift_keeps_the_head_and_drops_half_the_rest() -> None:
+    assert context_shift(n_past=511, n_keep=0) == (0, 255)
+    assert context_shift(n_past=511, n_keep=100) == (100, 205)
+    keep, n = context_shift(n_past=10, n_keep=50)  # n_keep beyond the context is clamped
+    assert keep <= 8 and n >= 1
+
+
+def test_prompt_cache_evicts_least_recently_used_and_drops_superseded_entries() -> None:
+    cache = PromptCache(limit_bytes=3 * (100 + 4 * 3))
+    cache.put([1, 2, 3], b"a" * 100)
+    cache.put([4, 5, 6], b"b" * 100)
+    cache.put([7, 8, 9], b"c" * 100)
+    assert cache.best([1, 2, 3, 4])[1] == 3  # touching [1,2,3] makes [4,5,6] the oldest
+    cache.put([10, 11, 12], b"d" * 100)
+    assert cache.best([4, 5, 6])[0] is None
+    assert cache.best([1, 2, 3])[0] is not None
+    cache.put([1, 2, 3, 4, 5], b"e" * 100)  # holds everything [1,2,3] did; 8 bytes more evict [7,8,9]
+    assert sorted(e.tokens for e in cache.entries()) == [[1, 2, 3, 4, 5], [10, 11, 12]]
+    assert cache.covers([1, 2, 3]) and not cache.covers([2, 3])
+    assert not PromptCache(limit_bytes=10).put([1], b"x" * 100)
+
+
+# ------------------------------------------------------------ host-memory cache in the scheduler
+def test_a_slot_taken_over_is_parked_in_ram_and_restored_for_a_later_prompt() -> None:
+    s, runner = make(policy=CachePolicy(cache_ram_bytes=1 << 20), n_batch=64)
+    long_a = list(range(100, 140))
+    submit(s, long_a + [1], n_predict=2)
+    run_until_idle(s)
+    submit(s, [200, 201, 202], n_predict=2)  # unrelated: the only slot is overwritten
+    run_until_idle(s)
+    assert s.stats.prompt_cache_saves == 1
+    _, c = submit(s, long_a + [2], n_predict=2)
+    run_until_idle(s)
+    assert c.finished is not None and c.finished.n_cached == 40
+    assert s.stats.prompt_cache_hits == 1
+    assert runner.tokens(0)[:40] == long_a  # the restored cells sit where the prompt needs them
+
+
+def test_without_cache_ram_a_taken_over_slot_recomputes() -> None:
+    s, _ = make(n_batch=64)
+    long_a = list(range(100, 140))
+    submit(s, long_a + [1], n_predict=2)
+    run_until_idle(s)
+    submit(s, [200, 201, 202], n_predict=2)
+    run_until_idle(s)
+    _, c = submit(s, long_a + [2], n_predict=2)
+    run_until_idle(s)
+    assert c.finished is not None and c.finished.n_cached == 0
+
+
+# ------------------------------------------------------------ --cache-reuse
+def test_cache_reuse_moves_chunks_and_reports_them_as_cached() -> None:
+    s, runner = make(policy=CachePolicy(cache_reuse=4), n_batch=64)
+    system = [1, 2, 3]
+    old_turn = [50, 51, 52]
+    doc = list(range(100, 120))
+    submit(s, system + old_turn + doc + [7], n_predict=1)
+    run_until_idle(s)
+    # The old turn is dropped from the middle: the document moved 3 positions back.
+    _, c = submit(s, system + doc + [8, 9], n_predict=1)
+    run_until_idle(s)
+    assert c.finished is not None and c.finished.n_cached == 3 + 20
+    assert (0, 6, 26, -3) in runner.shifts
+    assert runner.tokens(0)[:23] == system + doc
+
+
+def test_cache_reuse_per_request_zero_turns_it_off() -> None:
+    s, _ = make(policy=CachePolicy(cache_reuse=4), n_batch=64)
+    doc = list(range(100, 120))
+    submit(s, [1, 2, 3, 50] + doc + [7], n_predict=1)
+    run_until_idle(s)
+    _, c = submit(s, [1, 2, 3] + doc + [8], n_predict=1, n_cache_reuse=0)
+    run_until_idle(s)
+    assert c.finished is not None and c.finished.n_cached == 3
+
+
+# ------------------------------------------------------------ --context-shift
+def test_context_shift_lets_generation_run_past_the_slot_size() -> None:
+    s, runner = make(policy=CachePolicy(context_shift=True), n_ctx_seq=32, n_batch=32)
+    _, c = submit(s, [1, 2, 3, 4], n_predict=100, n_keep=2)
+    run_until_idle(s)
+    assert c.finished is not None
+    assert c.finished.n_predicted == 100 and c.finished.stop_type == "limit"
+    assert c.finished.truncated
+    assert s.stats.context_shifts >= 3
+    assert runner.tokens(0)[:2] == [1, 2]  # n_keep tokens survive every shift
+
+
+def test_without_context_shift_a_full_slot_stops() -> None:
+    s, _ = make(n_ctx_seq=32, n_batch=32)
+    _, c = submit(s, [1, 2, 3, 4], n_predict=100)
+    run_until_idle(s)
+    assert c.finished is not None and c.finished.n_predicted < 32 and not c.finished.truncated
+
+
+# ------------------------------------------------------------ slot files
+@pytest.mark.parametrize("name", ["", "../x.bin", "a/b.bin", ".hidden", "..", "a\\b", "x\x00y", "x" * 300, 5])
+def test_slot_file_names_are_validated(name: object) -> None:
+    with pytest.raises(SlotFileError):
+        validate_filename(name)
+
+
+def test_save_erase_restore_round_trip(tmp_path: Path) -> None:
+    s, runner = make(n_batch=64)
+    files = SlotFiles(s, str(tmp_path), {"file": "m"})
+    submit(s, list(range(10, 30)), n_predict=2)
+    run_until_idle(s)
+    held = list(s.slots[0].cache_tokens)
+    saved = files.save(0, "a.bin")
+    assert saved["n_saved"] == len(held) and saved["n_written"] > 0
+    assert files.erase(0) == {"id_slot": 0, "n_erased": len(held)}
+    assert s.slots[0].cache_tokens == [] and runner.cells[0] == []
+    restored = files.restore(0, "a.bin")
+    assert restored["n_restored"] == len(held)
+    assert s.slots[0].cache_tokens == held and runner.tokens(0) == held
+    with pytest.raises(SlotFileError):
+        files.restore(0, "missing.bin")
+
+
+def test_persisted_caches_load_only_for_the_same_model(tmp_path: Path) -> None:
+    s, _ = make(n_slots=2, n_batch=64)
+    submit(s, list(range(10, 30)), n_predict=2)
+    run_until_idle(s)
+    held = [list(sl.cache_tokens) for sl in s.slots]
+    assert SlotFiles(s, str(tmp_path), {"file": "m"}).persist_all() == 1
+    fresh, _ = make(n_slots=2, n_batch=64)
+    assert SlotFiles(fresh, str(tmp_path), {"file": "other"}).load_all() == 0
+    assert SlotFiles(fresh, str(tmp_path), {"file": "m"}).load_all() == 1
+    assert [sl.cache_tokens for sl in fresh.slots] == held
+
+
+def test_a_slot_action_waits_for_the_slots_request() -> None:
+    s, _ = make(n_batch=64)
+    submit(s, [1, 2, 3], n_predict=5)
+    s._drain_inbox(block=False)
+    s._step()
+    assert s.slots[0].busy
+    seen: list[int] = []
+    s.call(lambda: len(s.slots[0].cache_tokens), lambda v, e: seen.append(v), idle_slot=0)  # type: ignore[arg-type]
+    s._drain_inbox(block=False)
+    assert seen == []
+    run_until_idle(s)
+    s._step()
+    assert seen and seen[0] >= 3 + 4
