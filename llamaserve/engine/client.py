@@ -60,8 +60,11 @@ class EngineClient:
             for index in remaining:
                 self.scheduler.abort(ids[index])
 
-    async def call(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on the scheduler thread between steps and await its result."""
+    async def call(self, fn: Callable[[], T], *, idle_slot: int = -1) -> T:
+        """Run ``fn`` on the scheduler thread between steps and await its result.
+
+        With ``idle_slot``, it runs once that slot's current request (if any) ends.
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
 
@@ -75,5 +78,5 @@ class EngineClient:
                     future.set_result(value)  # type: ignore[arg-type]
             loop.call_soon_threadsafe(settle)
 
-        self.scheduler.call(fn, reply)
+        self.scheduler.call(fn, reply, idle_slot=idle_slot)
         return await future
