@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llamaserve.errors import APIError, validation_message
 from llamaserve.api.metrics import LlamaCollector, render_metrics
-from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware
+from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware, IdleMiddleware
 from llamaserve.api.sse import ClientGone, data_event, sse_response, until_disconnect
 from llamaserve.engine.types import Finished, TextDelta
 from llamaserve.protocol.embedding import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
@@ -33,6 +33,7 @@ from llamaserve.protocol.native import (
 from llamaserve.protocol.openai import ChatCompletionRequest, CompletionRequest
 from llamaserve.serving import chat, completion, embedding, generate, info
 from llamaserve.serving.runtime import ModelRuntime, ServerState
+from llamaserve.serving.sleep import IdleSleeper
 
 log = logging.getLogger("llamaserve.http")
 
@@ -135,7 +136,10 @@ def create_app(state: ServerState) -> FastAPI:
     app.state.server = state
     app.state.body_limit = config.body_limit_mib * 1024 * 1024
     # Outermost first: the access log sees every answer, CORS answers preflights
-    # before the key check, and the key check guards everything else.
+    # before the key check, the key check guards everything else, and only
+    # authorised tasks reach the idle tracking (and may wake a sleeping model).
+    if config.sleep_idle_seconds > 0:
+        app.add_middleware(IdleMiddleware, sleeper=IdleSleeper(state, config.sleep_idle_seconds))
     app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
     credentials = config.cors_credentials if config.cors_credentials is not None else "*" not in config.cors_origins
     app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
@@ -173,18 +177,19 @@ def create_app(state: ServerState) -> FastAPI:
     @app.get("/health")
     @app.get("/v1/health")
     async def health() -> Response:
-        runtime()
+        if state.asleep is None:  # asleep is healthy: the next task reloads the model
+            runtime()
         return JSONUTF8Response({"status": "ok"})
 
     # ------------------------------------------------------------- models
     @app.get("/v1/models")
     @app.get("/models")
     async def list_models() -> Response:
-        return JSONUTF8Response(info.models(runtime()))
+        return JSONUTF8Response(state.asleep.models if state.asleep else info.models(runtime()))
 
     @app.get("/props")
     async def get_props() -> Response:
-        return JSONUTF8Response(info.props(runtime()))
+        return JSONUTF8Response(state.asleep.props if state.asleep else info.props(runtime()))
 
     @app.post("/props")
     async def set_props() -> Response:
@@ -207,7 +212,8 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        runtime()
+        if state.asleep is None:
+            runtime()
         if not config.endpoint_metrics:
             raise APIError("This server does not support metrics endpoint. Start it with `--metrics`",
                            "not_supported_error")

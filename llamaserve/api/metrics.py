@@ -46,7 +46,8 @@ class LlamaCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         rt = self.state.runtime
-        s = rt.scheduler.stats if rt is not None else SchedulerStats()
+        asleep = self.state.asleep  # --sleep-idle-seconds: the counters the model had
+        s = rt.scheduler.stats if rt is not None else asleep.stats if asleep is not None else SchedulerStats()
         w = self.window
         d_prompt = s.prompt_tokens_total - w.prompt_tokens
         d_prompt_s = s.prompt_seconds_total - w.prompt_seconds

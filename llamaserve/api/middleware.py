@@ -1,4 +1,4 @@
-"""ASGI middleware: API keys and one access-log line per request.
+"""ASGI middleware: API keys, one access-log line per request, idle tracking for sleep.
 
 Written as plain ASGI (not Starlette's BaseHTTPMiddleware) so streaming
 responses pass through untouched and without extra buffering.
@@ -13,6 +13,9 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from llamaserve.errors import APIError
+from llamaserve.serving.sleep import IdleSleeper
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -25,6 +28,11 @@ access_log = logging.getLogger("llamaserve.access")
 # (the UI asks for the key itself before calling the API).
 PUBLIC_PATHS = {"/health", "/v1/health", "/", "/index.html", "/favicon.ico", "/favicon.svg"}
 PUBLIC_PREFIXES = ("/css/", "/js/", "/vendor/", "/static/", "/assets/")
+
+# Reads that are not tasks for --sleep-idle-seconds (llama-server's list, plus
+# /v1/models and the web UI's files): they neither wake a sleeping model nor
+# restart the idle clock.
+IDLE_EXEMPT_PATHS = PUBLIC_PATHS | {"/props", "/models", "/v1/models", "/metrics"}
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -117,3 +125,40 @@ class AccessLogMiddleware:
         extra = f" prompt={tokens[0]} cached={tokens[1]} predicted={tokens[2]}" if tokens else ""
         access_log.info("%s %s %s %d %.1fms%s", client[0], scope.get("method"), path, status,
                         (time.perf_counter() - start) * 1000.0, extra)
+
+
+class IdleMiddleware:
+    """Feeds --sleep-idle-seconds: counts every task from arrival until its response is complete.
+
+    Plain ASGI because only here the end of a streamed body is visible: the app
+    call returns after the last chunk (or the client's disconnect), so a long
+    generation is never put to sleep. Sits inside the API-key check, so a
+    request without a valid key never wakes the model.
+    """
+
+    def __init__(self, app: ASGIApp, sleeper: IdleSleeper) -> None:
+        self.app = app
+        self.sleeper = sleeper
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.sleeper.start()  # the lifespan call at startup gets here first
+        if scope["type"] != "http" or scope.get("method") == "OPTIONS" or (
+                scope.get("method") in ("GET", "HEAD") and
+                (scope.get("path", "") in IDLE_EXEMPT_PATHS or scope.get("path", "").startswith(PUBLIC_PREFIXES))):
+            await self.app(scope, receive, send)
+            return
+        self.sleeper.begin()
+        try:
+            try:
+                await self.sleeper.awake()
+            except APIError as exc:  # the reload failed: this task cannot run
+                anthropic = scope.get("path", "").startswith("/v1/messages")
+                payload = json.dumps(exc.anthropic_body() if anthropic else exc.openai_body()).encode()
+                await send({"type": "http.response.start", "status": exc.status, "headers": [
+                    (b"content-type", b"application/json; charset=utf-8"),
+                    (b"content-length", str(len(payload)).encode())]})
+                await send({"type": "http.response.body", "body": payload})
+                return
+            await self.app(scope, receive, send)
+        finally:
+            self.sleeper.end()

@@ -1,0 +1,231 @@
+"""--sleep-idle-seconds: unload the model after N idle seconds, reload on the next task.
+
+llama-server's behaviour: after N seconds with no incoming task the model, its
+context and the KV cache are freed; the next task reloads them transparently.
+`/health`, `/props`, `/models`, `/v1/models` and `/metrics` are not tasks: they
+neither wake the server nor restart the idle clock, and answer from a
+`Snapshot` taken just before the model was freed.
+
+`IdleSleeper` is the state machine; `api/middleware.IdleMiddleware` feeds it
+(`begin`/`end` around every task, `awake` before the route runs). Everything
+runs on the event loop thread except the slow parts (freeing, loading), which
+go to worker threads. At most one transition (falling asleep or waking) runs
+at a time and every task waits for it, so the two never race and concurrent
+tasks arriving at a sleeping server share one reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import logging
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from llamaserve.config import ServerConfig
+from llamaserve.engine.stats import SchedulerStats
+from llamaserve.errors import APIError
+from llamaserve.serving import info
+from llamaserve.serving.runtime import ModelRuntime, ServerState, load_runtime
+
+log = logging.getLogger("llamaserve")
+
+# How often the watcher looks again while the model is first loading (the idle
+# clock starts when the load is done, not when the process started).
+LOADING_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the exempt routes answer from while the model is unloaded."""
+
+    props: dict[str, Any]  # /props, with is_sleeping true
+    models: dict[str, Any]  # /v1/models and /models
+    # Carried into the reloaded scheduler so the /metrics counters stay monotonic
+    # (Prometheus reads a drop as a process restart).
+    stats: SchedulerStats
+    created: int  # /v1/models `created`: the same model, the same timestamp
+
+
+def rss_bytes() -> int | None:
+    """This process's resident set size (Linux only; None elsewhere)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def malloc_trim() -> bool:
+    """Hand free heap pages back to the OS; True when glibc did release some.
+
+    Why: freeing the model and the KV cache returns most memory at once (the
+    big ggml buffers are mmap'ed and munmap'ed), but many smaller allocations
+    (tokenizer tables, compute-graph metadata, Python objects from the
+    scheduler and worker threads) live in glibc's malloc arenas. glibc keeps
+    freed chunks in those arenas for reuse and only shrinks the top of the main
+    heap by itself, so RSS would stay high while the server sleeps.
+    `malloc_trim(0)` walks every arena and releases all whole free pages.
+    It is glibc-only: musl, macOS and Windows have no such symbol (or no
+    CDLL(None)), and there we simply skip it.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return bool(trim(0))
+
+
+def _mib(n: int | None) -> str:
+    return "?" if n is None else f"{n / (1 << 20):.0f}"
+
+
+def _free(rt: ModelRuntime) -> None:
+    """Worker thread: stop the scheduler, free the context and the model."""
+    rt.close()
+
+
+def _return_memory() -> None:
+    """Worker thread: collect Python cycles first so their memory is free too, then trim."""
+    gc.collect()
+    malloc_trim()
+
+
+class IdleSleeper:
+    """Unloads the runtime after `idle_seconds` without tasks and reloads it on demand."""
+
+    def __init__(self, state: ServerState, idle_seconds: float,
+                 loader: Callable[[ServerConfig], ModelRuntime] = load_runtime) -> None:
+        self.state = state
+        self.idle_seconds = idle_seconds
+        self.loader = loader
+        self.in_flight = 0  # tasks between begin() and end(): never sleep while > 0
+        self.wakes = 0
+        self._last_active = time.monotonic()
+        self._transition: asyncio.Task[None] | None = None  # the sleep or wake in progress
+        self._poke = asyncio.Event()  # something changed: the watcher recomputes its deadline
+        self._watcher: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ hooks
+    def start(self) -> None:
+        """Start the watcher on the running loop (once; called on every ASGI call, cheap)."""
+        if self._watcher is None:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch(), name="llamaserve-idle")
+
+    def begin(self) -> None:
+        """A task arrived. Counted until end(), so a long stream is never put to sleep."""
+        self.in_flight += 1
+        self._poke.set()
+
+    def end(self) -> None:
+        """A task's response is complete: the idle clock starts from here."""
+        self.in_flight -= 1
+        self._last_active = time.monotonic()
+        self._poke.set()
+
+    async def awake(self) -> None:
+        """Return once the model is loaded, waiting for (or starting) the one reload.
+
+        A transition in progress is awaited through `shield`: a task that is
+        cancelled while waiting must not cancel a load other tasks wait for
+        (nor leave a half-loaded model without an owner).
+        """
+        while True:
+            task = self._transition
+            if task is not None:
+                await asyncio.shield(task)  # a failed wake raises its APIError to every waiter
+                continue
+            if self.state.asleep is None:
+                return
+            self._begin_transition(self._wake())
+
+    # -------------------------------------------------------- internals
+    def _begin_transition(self, body: Coroutine[Any, Any, None]) -> None:
+        async def run() -> None:
+            try:
+                await body
+            finally:
+                # Cleared inside the task, so whoever the task's end wakes sees it gone.
+                self._transition = None
+                self._poke.set()
+
+        task = asyncio.get_running_loop().create_task(run())
+        # A failed wake whose waiters were all cancelled must not log "never retrieved".
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        self._transition = task
+
+    def _seconds_to_sleep(self) -> float | None:
+        """Seconds left before falling asleep; None while that cannot happen."""
+        if self._transition is not None or self.state.asleep is not None or self.in_flight > 0:
+            return None
+        if self.state.runtime is None:  # still loading at startup: keep the clock at zero
+            self._last_active = time.monotonic()
+            return LOADING_POLL_S
+        return self._last_active + self.idle_seconds - time.monotonic()
+
+    async def _watch(self) -> None:
+        while True:
+            try:
+                self._poke.clear()
+                delay = self._seconds_to_sleep()
+                if delay is not None and delay <= 0 and self.state.runtime is not None:
+                    self._fall_asleep(self.state.runtime)
+                    continue
+                try:
+                    await asyncio.wait_for(self._poke.wait(), delay)
+                except TimeoutError:
+                    pass
+            except Exception:  # noqa: BLE001 -- the watcher must outlive any one failure
+                log.exception("idle watcher")
+                await asyncio.sleep(1.0)
+
+    def _fall_asleep(self, rt: ModelRuntime) -> None:
+        """Detach the runtime now (synchronously, so no task can pick it up), free it in a thread.
+
+        Called only when no task is in flight; a task arriving from here on
+        waits for the freeing to finish and then reloads.
+        """
+        self.state.asleep = Snapshot(props={**info.props(rt), "is_sleeping": True}, models=info.models(rt),
+                                     stats=rt.scheduler.stats, created=rt.created)
+        self.state.runtime = None
+        idle = time.monotonic() - self._last_active
+
+        async def release() -> None:
+            before = rss_bytes()
+            try:
+                await asyncio.to_thread(_free, rt)
+            except Exception:  # noqa: BLE001 -- still asleep; the next task loads afresh
+                log.exception("freeing the model for sleep failed")
+            await asyncio.to_thread(_return_memory)
+            log.info("sleeping after %.1f s idle: model and context freed (RSS %s -> %s MiB)",
+                     idle, _mib(before), _mib(rss_bytes()))
+
+        self._begin_transition(release())
+
+    async def _wake(self) -> None:
+        snapshot = self.state.asleep
+        assert snapshot is not None
+        t0 = time.perf_counter()
+        try:
+            rt = await asyncio.to_thread(self.loader, self.state.config)
+        except Exception as exc:
+            log.error("waking up failed: %s", exc)
+            raise APIError(f"failed to reload the model after sleeping: {exc}", "unavailable_error") from exc
+        rt.scheduler.stats = snapshot.stats
+        rt.created = snapshot.created
+        self.state.runtime = rt
+        self.state.asleep = None
+        self.wakes += 1
+        self._last_active = time.monotonic()
+        log.info("waking up: model reloaded in %.0f ms", (time.perf_counter() - t0) * 1000.0)
