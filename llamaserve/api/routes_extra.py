@@ -5,7 +5,10 @@ The Anthropic routes answer every error, body-parse and validation errors
 included, in Anthropic's envelope `{"type": "error", "error": {"type", "message"}}`
 and send mid-stream failures as `event: error`; they catch errors themselves
 because the app's global handler speaks the OpenAI envelope. The Responses
-routes use the app's (OpenAI-shaped) handler.
+routes use the app's (OpenAI-shaped) handler; stored responses
+(previous_response_id, GET, DELETE, input_items) go through
+serving/response_state.py to the SQLite file of --responses-db. The GET and
+DELETE routes need no model, so they answer while it loads.
 
 Anthropic clients send `x-api-key` and `anthropic-version`; neither is
 required or rejected here (auth is the app's concern).
@@ -16,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -27,7 +31,9 @@ from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
 from llamaserve.protocol.responses import ResponsesRequest
 from llamaserve.serving import chat, generate
 from llamaserve.serving import messages as msgs
+from llamaserve.serving import response_state
 from llamaserve.serving import responses as resp
+from llamaserve.serving.response_store import ResponseStore, db_path
 from llamaserve.serving.runtime import ModelRuntime, ServerState
 
 log = logging.getLogger("llamaserve.http")
@@ -61,6 +67,9 @@ def _note_tokens(request: Request, prompt: int, cached: int, predicted: int) -> 
 
 def extra_routes(state: ServerState, runtime_fn: Callable[[], ModelRuntime]) -> APIRouter:
     router = APIRouter()
+    # Opened on first use. Never closed explicitly: every write is committed
+    # (and synced) before it is acknowledged, so exiting loses nothing.
+    store = ResponseStore(db_path(state.config.responses_db))
 
     # ------------------------------------------------ Anthropic Messages
     @router.post("/v1/messages")
@@ -93,11 +102,17 @@ def extra_routes(state: ServerState, runtime_fn: Callable[[], ModelRuntime]) -> 
     async def create_response(request: Request) -> Response:
         rt = runtime_fn()
         req = await read_json(request, ResponsesRequest)
-        jobs = await chat.chat_request(rt, resp.to_chat_request(req))
+        history = await response_state.history(store, req)
+        jobs = await chat.chat_request(rt, resp.to_chat_request(req, history))
+
+        async def keep(body: dict[str, Any]) -> dict[str, Any]:
+            return await response_state.remember(store, req, body)
+
         if req.stream:
             events = generate.stream(rt.engine, jobs)
-            return await stream_events(request, events, lambda ev: resp.response_stream(rt, req, jobs, ev))
-        body = await until_disconnect(request, resp.create_response(rt, req, jobs))
+            return await stream_events(request, events,
+                                       lambda ev: resp.response_stream(rt, req, jobs, ev, on_final=keep))
+        body = await keep(await until_disconnect(request, resp.create_response(rt, req, jobs)))
         usage = body["usage"]
         _note_tokens(request, usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"],
                      usage["output_tokens"])
@@ -107,6 +122,21 @@ def extra_routes(state: ServerState, runtime_fn: Callable[[], ModelRuntime]) -> 
     async def response_input_tokens(request: Request) -> Response:
         rt = runtime_fn()
         req = await read_json(request, ResponsesRequest)
-        return JSONUTF8Response(resp.input_tokens(rt, req))
+        return JSONUTF8Response(resp.input_tokens(rt, req, await response_state.history(store, req)))
+
+    @router.get("/v1/responses/{response_id}")
+    @router.get("/responses/{response_id}")
+    async def get_response(response_id: str) -> Response:
+        return JSONUTF8Response(await response_state.retrieve(store, response_id))
+
+    @router.delete("/v1/responses/{response_id}")
+    @router.delete("/responses/{response_id}")
+    async def delete_response(response_id: str) -> Response:
+        return JSONUTF8Response(await response_state.delete(store, response_id))
+
+    @router.get("/v1/responses/{response_id}/input_items")
+    @router.get("/responses/{response_id}/input_items")
+    async def list_input_items(request: Request, response_id: str) -> Response:
+        return JSONUTF8Response(await response_state.input_items(store, response_id, request.query_params))
 
     return router

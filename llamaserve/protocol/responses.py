@@ -1,9 +1,9 @@
-"""OpenAI Responses request model: /v1/responses (the stateless subset).
+"""OpenAI Responses request model: /v1/responses.
 
 Input items stay plain dicts: the adapter walks them in order (messages,
 function calls and their outputs, reasoning) and names the item it cannot
-honour. Unknown top-level fields are accepted and ignored (store, include,
-truncation, user, …).
+honour. Unknown top-level fields are accepted and ignored (include,
+truncation, user, …). `store` defaults to true, as in OpenAI's API.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class ResponsesRequest(SamplingFields):
     reasoning: dict[str, Any] | None = None
     stream: bool = False
     previous_response_id: str | None = None
+    store: bool = True
     conversation: str | dict[str, Any] | None = None
     background: bool | None = None
     metadata: dict[str, Any] | None = None

@@ -1,4 +1,4 @@
-"""OpenAI Responses (stateless) over the chat pipeline.
+"""OpenAI Responses over the chat pipeline.
 
 The request's instructions and input items become chat messages (function
 calls → assistant tool_calls, their outputs → tool messages, reasoning →
@@ -7,14 +7,16 @@ OpenAI chat tools, text.format becomes response_format. The OpenAI-shaped
 chat result is re-shaped into a Response object or the Responses event
 stream (sequence_number on every event).
 
-Nothing is stored: previous_response_id and conversation are refused with a
-400, as llama-server does.
+A request that continues a stored response (previous_response_id) gets
+the stored conversation as `history` items in front of its own input; the
+store itself and the lookups live in serving/response_state.py.
+conversation and background are refused with a 400.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from llamaserve.errors import APIError
@@ -81,7 +83,12 @@ def _reasoning_text(item: dict[str, Any]) -> str:
     return "\n".join(t for t in texts if isinstance(t, str) and t)
 
 
-def _input_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _input_messages(items: list[dict[str, Any]], n_history: int = 0) -> list[dict[str, Any]]:
+    """Items as chat messages; the first n_history come from the stored conversation.
+
+    One pass over history and input together, because a turn can span the
+    seam (stored reasoning joins the assistant message that follows it).
+    """
     messages: list[dict[str, Any]] = []
     reasoning: list[str] = []
 
@@ -97,7 +104,7 @@ def _input_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return last
 
     for i, item in enumerate(items):
-        where = f"input.{i}"
+        where = f"input.{i - n_history}" if i >= n_history else f"previous_response_id item {i}"
         if not isinstance(item, dict):
             raise APIError(f"{where}: an input item must be an object")
         kind = item.get("type", "message" if "role" in item else None)
@@ -138,8 +145,8 @@ def _input_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if text:
                 reasoning.append(text)
         elif kind == "item_reference":
-            raise APIError(f"{where}: item_reference is not supported: this server is stateless and stores "
-                           "no items; send the full items instead")
+            raise APIError(f"{where}: item_reference is not supported; send the full items, or continue a "
+                           "stored response with previous_response_id")
         else:
             raise APIError(f"{where}: input items of type '{kind}' are not supported")
     for m in messages:
@@ -204,28 +211,29 @@ def _response_format(text: dict[str, Any]) -> dict[str, Any] | None:
     raise APIError(f"text.format.type: unsupported value '{kind}' (use text, json_object or json_schema)")
 
 
-def check_stateless(req: ResponsesRequest) -> None:
-    if req.previous_response_id is not None:
-        raise APIError("previous_response_id is not supported: this server is stateless and stores no "
-                       "responses; send the whole conversation in 'input'")
+def check_supported(req: ResponsesRequest) -> None:
     if req.conversation is not None:
-        raise APIError("conversation is not supported: this server is stateless; send the whole conversation "
-                       "in 'input'")
+        raise APIError("conversation is not supported (there are no Conversations objects here); continue a "
+                       "stored response with previous_response_id or send the whole conversation in 'input'")
     if req.background:
-        raise APIError("background responses are not supported: this server is stateless")
+        raise APIError("background responses are not supported")
 
 
-def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
-    """The OpenAI chat request equivalent to a Responses request."""
-    check_stateless(req)
+def to_chat_request(req: ResponsesRequest, history: list[dict[str, Any]] | None = None) -> ChatCompletionRequest:
+    """The OpenAI chat request equivalent to a Responses request.
+
+    `history` is the stored conversation that previous_response_id names
+    (input and output items, oldest first). Only this request's
+    instructions apply, as in OpenAI's API: earlier ones are not carried over.
+    """
+    check_supported(req)
     data = forwarded_fields(req, _OWN_FIELDS)
     messages: list[dict[str, Any]] = []
     if req.instructions:
         messages.append({"role": "system", "content": req.instructions})
-    if isinstance(req.input, str):
-        messages.append({"role": "user", "content": req.input})
-    else:
-        messages += _input_messages(req.input)
+    history = history or []
+    own = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
+    messages += _input_messages(history + own, len(history))
     if not messages:
         raise APIError("input: at least one input item is required")
     data.update(model=req.model, messages=messages, n=1, stream=req.stream)
@@ -285,9 +293,9 @@ def envelope(model: str, req: ResponsesRequest, resp_id: str | None = None,
         "model": model,
         "output": [],
         "parallel_tool_calls": req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
-        "previous_response_id": None,
+        "previous_response_id": req.previous_response_id,
         "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
-        "store": False,
+        "store": req.store,  # turned False by response_state when the write fails
         "temperature": req.temperature,
         "text": {"format": fmt},
         "tool_choice": req.tool_choice if req.tool_choice is not None else "auto",
@@ -367,8 +375,10 @@ async def create_response(rt: ModelRuntime, req: ResponsesRequest, jobs: list[Ge
                   choice.get("finish_reason"), body.get("usage") or {}, reasoning_tokens)
 
 
-def input_tokens(rt: ModelRuntime, req: ResponsesRequest) -> dict[str, Any]:
-    return {"object": "response.input_tokens", "input_tokens": count_prompt_tokens(rt, to_chat_request(req))}
+def input_tokens(rt: ModelRuntime, req: ResponsesRequest,
+                 history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"object": "response.input_tokens",
+            "input_tokens": count_prompt_tokens(rt, to_chat_request(req, history))}
 
 
 # -------------------------------------------------------------- streaming
@@ -539,9 +549,20 @@ async def response_events(stream: ResponseStream,
         yield event
 
 
+FinalHook = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
 async def response_stream(rt: ModelRuntime, req: ResponsesRequest, jobs: list[GenerationRequest],
-                          events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[bytes]:
+                          events: AsyncIterator[tuple[int, TextDelta | Finished]],
+                          on_final: FinalHook | None = None) -> AsyncIterator[bytes]:
+    """The SSE stream. `on_final` sees the finished Response before its event is sent.
+
+    It runs before the last event so a client that reads the stream to its
+    end and then retrieves the response always finds it stored.
+    """
     stream = ResponseStream(envelope(rt.alias, req), _token_counter(rt))
     async for name, data in response_events(stream, chat.chat_chunks(rt, jobs, events)):
+        if on_final is not None and name in ("response.completed", "response.incomplete"):
+            data = {**data, "response": await on_final(data["response"])}
         yield named_event(name, data)
 

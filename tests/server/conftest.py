@@ -77,8 +77,10 @@ def model_path() -> str:
 @pytest.fixture(scope="session")
 def server(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """8 slots of 1024 tokens each, 2 threads: the shape the issue's tests ask for."""
-    srv = start_server(["-m", model_path, "-np", "8", "-c", "8192", "-t", "2", "--temp", "0.8"],
-                       tmp_path_factory.mktemp("server"))
+    tmp = tmp_path_factory.mktemp("server")
+    # Stored responses go to the test's own file, not the user's cache directory.
+    srv = start_server(["-m", model_path, "-np", "8", "-c", "8192", "-t", "2", "--temp", "0.8",
+                        "--responses-db", str(tmp / "responses.sqlite3")], tmp)
     yield srv
     stop_server(srv)
 

@@ -1,14 +1,16 @@
-"""OpenAI Responses (stateless): /v1/responses and /v1/responses/input_tokens.
+"""OpenAI Responses: /v1/responses, /v1/responses/input_tokens and stored responses.
 
 The first half needs no model: request translation and the event stream on
 synthetic chat chunks (tool calls, reasoning), fed to the official SDK through
 a mock transport. The second half runs the SDK against the real server on
-SmolLM2 (plain text and JSON output).
+SmolLM2 (plain text and JSON output, then store, previous_response_id,
+retrieve, delete and input_items, across a server restart).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,6 +23,8 @@ from llamaserve.errors import APIError
 from llamaserve.protocol.responses import ResponsesRequest
 from llamaserve.serving.chat import ChatChunk
 from llamaserve.serving.responses import ResponseStream, envelope, finish, output_items, to_chat_request
+
+from .conftest import start_server, stop_server
 
 GREEDY = {"temperature": 0.0}
 USAGE = {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29,
@@ -132,12 +136,11 @@ def test_function_call_without_text_starts_an_assistant_turn() -> None:
 
 
 @pytest.mark.parametrize(("fields", "needle"), [
-    ({"previous_response_id": "resp_1"}, "previous_response_id"),
     ({"conversation": "conv_1"}, "conversation"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
      "'input_image' input is not supported"),
     ({"tools": [{"type": "web_search"}]}, "only 'function' tools"),
-    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "stateless"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference is not supported"),
     ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
     ({"tool_choice": "sometimes"}, "tool_choice"),
     ({"input": []}, "at least one"),
@@ -146,6 +149,35 @@ def test_unsupported_input_is_a_clear_error(fields: dict[str, Any], needle: str)
     with pytest.raises(APIError) as info:
         to_chat_request(request(**fields))
     assert needle in info.value.message and info.value.status == 400
+
+
+def test_history_goes_first_without_its_instructions() -> None:
+    # Stored items as they come back from the store: ids, parts, and a
+    # reasoning item at the seam; the new function call joins the stored
+    # assistant turn just as it would within one input.
+    history = [
+        {"id": "msg_1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "u1"}]},
+        {"id": "msg_2", "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "a1", "annotations": [], "logprobs": []}]},
+        {"id": "rs_1", "type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "hmm"}]},
+    ]
+    chat = to_chat_request(request(instructions="New rules.", previous_response_id="resp_1", input=[
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "1"}]), history)
+    assert [(m.role, m.content) for m in chat.messages] == [
+        ("system", "New rules."), ("user", "u1"), ("assistant", "a1"), ("tool", "1")]
+    assert chat.messages[2].reasoning_content == "hmm" and chat.messages[2].tool_calls
+    plain = to_chat_request(request(input="u2", previous_response_id="resp_1"), history[:2])
+    assert [(m.role, m.content) for m in plain.messages] == [("user", "u1"), ("assistant", "a1"), ("user", "u2")]
+    with pytest.raises(APIError) as info:
+        to_chat_request(request(input=[{"type": "nope"}]), history)
+    assert info.value.message.startswith("input.0:")
+
+
+def test_envelope_reports_store_and_previous_response_id() -> None:
+    body = envelope("m", request(previous_response_id="resp_1"))
+    assert body["store"] is True and body["previous_response_id"] == "resp_1"
+    assert envelope("m", request(store=False))["store"] is False
 
 
 def test_json_object_format_and_text_format() -> None:
@@ -344,15 +376,145 @@ def test_json_schema_text_format(client: openai.OpenAI) -> None:
     assert isinstance(json.loads(raw.output_text)["ok"], bool)
 
 
-def test_previous_response_id_is_rejected(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError) as info:
-        client.responses.create(model="m", input="Hi", previous_response_id="resp_123")
-    assert "previous_response_id" in str(info.value)
-
-
 def test_bad_bodies_are_400(base_url: str) -> None:
     for raw in (b"{bad", json.dumps({"model": "m"}).encode(), json.dumps({"input": 5}).encode()):
         r = httpx.post(f"{base_url}/v1/responses", content=raw, headers={"content-type": "application/json"},
                        timeout=60)
         assert r.status_code == 400, r.text
         assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+# ------------------------------------------------------- stored responses
+SHORT = {"max_output_tokens": 8, **GREEDY}
+
+
+def item_texts(items: list[Any]) -> list[tuple[str, str]]:
+    """(role, text) of message items, as the SDK parsed them."""
+    return [(i.role, "".join(part.text for part in i.content)) for i in items if i.type == "message"]
+
+
+def count_input_tokens(base_url: str, key: str = "none", **body: Any) -> int:
+    r = httpx.post(f"{base_url}/v1/responses/input_tokens", json={"model": "m", **body}, timeout=60,
+                   headers={"authorization": f"Bearer {key}"})
+    assert r.status_code == 200, r.text
+    return int(r.json()["input_tokens"])
+
+
+def test_stored_response_retrieve_and_input_items(client: openai.OpenAI) -> None:
+    r = client.responses.create(model="m", input="Hi", instructions="Be brief.", **SHORT)
+    assert r.store is True
+    got = client.responses.retrieve(r.id)
+    assert got.id == r.id and got.output_text == r.output_text and got.status == r.status
+    assert got.instructions == "Be brief." and got.usage == r.usage
+    items = client.responses.input_items.list(r.id)
+    assert item_texts(items.data) == [("user", "Hi")] and items.data[0].id.startswith("msg_")
+    assert items.first_id == items.last_id == items.data[0].id and items.has_more is False
+
+
+def test_previous_response_id_continues_and_pages(client: openai.OpenAI, base_url: str) -> None:
+    first = client.responses.create(model="m", **SHORT, input=[
+        {"role": "user", "content": "Say one."}, {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "Say two."}])
+    second = client.responses.create(model="m", previous_response_id=first.id, input="Say three.", **SHORT)
+    assert second.previous_response_id == first.id
+    expected = [("user", "Say one."), ("assistant", "one"), ("user", "Say two."),
+                ("assistant", first.output_text), ("user", "Say three.")]
+    # The SDK follows after= through pages of 2 (desc, the default order).
+    every = list(client.responses.input_items.list(second.id, limit=2))
+    assert item_texts(every) == expected[::-1] and len({i.id for i in every}) == 5
+    page = client.responses.input_items.list(second.id, limit=2, order="asc")
+    assert item_texts(page.data) == expected[:2] and page.has_more is True
+    # input_tokens sees the same conversation as the generation did.
+    assert count_input_tokens(base_url, previous_response_id=first.id, input="Say three.") == \
+        second.usage.input_tokens  # type: ignore[union-attr]
+    bad = httpx.get(f"{base_url}/v1/responses/{second.id}/input_items", params={"limit": 0}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit"
+
+
+def test_stream_is_stored_and_delete_removes_it(client: openai.OpenAI, base_url: str) -> None:
+    # The stream helper wants response.completed: "Hi" ends within 16 tokens (as above).
+    with client.responses.stream(model="m", input="Hi", max_output_tokens=16, **GREEDY) as s:
+        final = s.get_final_response()
+    assert final.store is True
+    assert client.responses.retrieve(final.id).output_text == final.output_text
+    gone = httpx.delete(f"{base_url}/v1/responses/{final.id}", timeout=30)
+    assert gone.status_code == 200 and gone.json() == {"id": final.id, "object": "response.deleted", "deleted": True}
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(final.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(final.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list(final.id)
+    other = client.responses.create(model="m", input="Hi", **SHORT)
+    assert client.responses.delete(other.id) is None  # the SDK discards the body
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(other.id)
+
+
+def test_store_false_is_not_kept(client: openai.OpenAI) -> None:
+    r = client.responses.create(model="m", input="Hi", store=False, **SHORT)
+    assert r.store is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(r.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="m", input="Hi", previous_response_id=r.id, **SHORT)
+    events = list(client.responses.create(model="m", input="Hi", store=False, stream=True, **SHORT))
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.store is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(final.id)
+
+
+def test_unknown_previous_response_id_is_404(client: openai.OpenAI, base_url: str) -> None:
+    with pytest.raises(openai.NotFoundError) as info:
+        client.responses.create(model="m", input="Hi", previous_response_id="resp_unknown", **SHORT)
+    assert "resp_unknown" in str(info.value)
+    raw = httpx.post(f"{base_url}/v1/responses", timeout=30,
+                     json={"model": "m", "input": "Hi", "previous_response_id": "resp_unknown"})
+    assert raw.status_code == 404
+    error = raw.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "previous_response_id"
+    assert error["code"] == 404 and "resp_unknown" in error["message"]
+
+
+def test_conversation_survives_a_restart(model_path: str, tmp_path: Path) -> None:
+    key = "sk-responses"
+    db = tmp_path / "not" / "yet" / "responses.sqlite3"
+    args = ["-m", model_path, "-np", "1", "-c", "2048", "-t", "2", "--api-key", key, "--responses-db", str(db)]
+    first_q, second_q = "My secret word is pineapple. Remember it.", "What is my secret word?"
+
+    def sdk(url: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
+
+    before = start_server(args, tmp_path)
+    try:
+        first = sdk(before.url).responses.create(model="m", input=first_q, instructions="Answer in French.",
+                                                  store=True, **SHORT)
+        assert first.store is True
+    finally:
+        stop_server(before)  # SIGTERM
+    assert before.process.poll() is not None and db.exists()
+
+    after = start_server(args, tmp_path)
+    try:
+        client = sdk(after.url)
+        # The stored routes are guarded by the API key like every other route.
+        assert httpx.get(f"{after.url}/v1/responses/{first.id}", timeout=30).status_code == 401
+        assert httpx.delete(f"{after.url}/v1/responses/{first.id}", timeout=30).status_code == 401
+        again = client.responses.retrieve(first.id)
+        assert again.id == first.id and again.output_text == first.output_text
+        assert again.instructions == "Answer in French."
+        follow = client.responses.create(model="m", previous_response_id=first.id, input=second_q, **SHORT)
+        assert follow.previous_response_id == first.id and follow.usage is not None
+        # The prompt is exactly the earlier turn plus the new input, and the
+        # earlier instructions are not carried over (OpenAI's semantics).
+        explicit = count_input_tokens(after.url, key, input=[
+            {"role": "user", "content": first_q}, {"role": "assistant", "content": first.output_text},
+            {"role": "user", "content": second_q}])
+        alone = count_input_tokens(after.url, key, input=second_q)
+        assert follow.usage.input_tokens == explicit > alone
+        items = client.responses.input_items.list(follow.id, order="asc")
+        assert item_texts(items.data) == [("user", first_q), ("assistant", first.output_text), ("user", second_q)]
+        assert client.responses.retrieve(follow.id).output_text == follow.output_text
+    finally:
+        stop_server(after)
