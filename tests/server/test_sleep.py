@@ -49,7 +49,7 @@ def chat_text(server: RunningServer) -> str:
 @pytest.fixture(scope="module")
 def sleepy(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     # -c 4096: a KV cache of ~94 MiB on top of the ~94 MiB of weights, so freeing is plainly visible.
-    srv = start_server(["-m", model_path, "-c", "4096", "-np", "2", "-t", "2", "--metrics",
+    srv = start_server(["-m", model_path, "-c", "4096", "-np", "2", "-t", "1", "--metrics",
                         "--sleep-idle-seconds", "2"], tmp_path_factory.mktemp("sleepy"))
     yield srv
     stop_server(srv)
@@ -112,7 +112,7 @@ def test_concurrent_tasks_share_one_reload(sleepy: RunningServer) -> None:
 
 @pytest.fixture(scope="module")
 def light_sleeper(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    srv = start_server(["-m", model_path, "-c", "1024", "-np", "1", "-t", "2", "--sleep-idle-seconds", "1"],
+    srv = start_server(["-m", model_path, "-c", "1024", "-np", "1", "-t", "1", "--sleep-idle-seconds", "1"],
                        tmp_path_factory.mktemp("light"))
     yield srv
     stop_server(srv)
