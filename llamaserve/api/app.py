@@ -335,6 +335,9 @@ def create_app(state: ServerState) -> FastAPI:
 
     from llamaserve.api.routes_extra import extra_routes  # imported here: it imports this module
     app.include_router(extra_routes(state, runtime))
+    from llamaserve.api.routes_cache import cache_routes
+
+    app.include_router(cache_routes(state, runtime))
     if config.static_path:
         from starlette.staticfiles import StaticFiles
 
