@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import llama_cpp
 import llama_cpp.llama_cpp as C
 
+from llamaserve.llama.progress import apply_load_progress
+
 LLAMA_CPP_VERSION: str = llama_cpp.__version__
 
 _backend_lock = threading.Lock()
@@ -60,6 +62,7 @@ class Model:
         params.use_mmap = use_mmap
         params.vocab_only = vocab_only
         params.use_extra_bufts = False
+        apply_load_progress(params)  # the terminal's loading bar and abort-on-shutdown, when set
         handle = C.llama_model_load_from_file(path.encode(), params)
         if not handle:
             raise ModelLoadError(f"failed to load model from '{path}'")
