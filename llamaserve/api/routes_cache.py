@@ -66,4 +66,15 @@ def cache_routes(state: ServerState, runtime_fn: Callable[[], ModelRuntime]) -> 
             raise APIError(str(exc)) from exc
         return JSONUTF8Response(result)
 
+    @router.get("/lora-adapters")
+    async def get_lora_adapters() -> Response:
+        return JSONUTF8Response(runtime_fn().lora.to_json())
+
+    @router.post("/lora-adapters")
+    async def set_lora_adapters(request: Request) -> Response:
+        rt = runtime_fn()
+        # Requests already admitted keep the scales they were built with.
+        rt.lora.scales = rt.lora.parse(await _json_body(request))
+        return JSONUTF8Response({"success": True})
+
     return router

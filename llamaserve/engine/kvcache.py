@@ -20,6 +20,7 @@ class CachedPrompt:
 
     tokens: list[int]
     state: bytes
+    lora: tuple[float, ...] = ()  # the adapter scales the KV was computed with
     saved_at: float = field(default_factory=time.time)
 
     @property
@@ -47,18 +48,18 @@ class PromptCache:
     def entries(self) -> list[CachedPrompt]:
         return list(self._entries.values())
 
-    def covers(self, tokens: list[int]) -> bool:
+    def covers(self, tokens: list[int], lora: tuple[float, ...] = ()) -> bool:
         """True when some entry already holds these tokens (or a longer run starting with them)."""
-        return any(len(e.tokens) >= len(tokens) and e.tokens[:len(tokens)] == tokens
+        return any(e.lora == lora and len(e.tokens) >= len(tokens) and e.tokens[:len(tokens)] == tokens
                    for e in self._entries.values())
 
-    def put(self, tokens: list[int], state: bytes) -> bool:
+    def put(self, tokens: list[int], state: bytes, lora: tuple[float, ...] = ()) -> bool:
         """Keep a state; entries it extends are dropped. False when it can never fit."""
-        entry = CachedPrompt(list(tokens), state)
+        entry = CachedPrompt(list(tokens), state, lora)
         if 0 <= self.limit_bytes < entry.size:
             return False
         for key, old in list(self._entries.items()):
-            if len(old.tokens) <= len(tokens) and tokens[:len(old.tokens)] == old.tokens:
+            if old.lora == lora and len(old.tokens) <= len(tokens) and tokens[:len(old.tokens)] == old.tokens:
                 self._drop(key)  # the new entry holds everything the old one did
         key = self._next_key
         self._next_key += 1
@@ -68,11 +69,11 @@ class PromptCache:
             self._drop(next(iter(self._entries)))
         return True
 
-    def best(self, prompt: list[int]) -> tuple[CachedPrompt | None, int]:
+    def best(self, prompt: list[int], lora: tuple[float, ...] = ()) -> tuple[CachedPrompt | None, int]:
         """The entry sharing the longest prefix with prompt, and that length (marked recently used)."""
         best_key, best_len = -1, 0
         for key, entry in self._entries.items():
-            n = common_prefix_length(entry.tokens, prompt)
+            n = common_prefix_length(entry.tokens, prompt) if entry.lora == lora else 0
             if n > best_len:
                 best_key, best_len = key, n
         if best_key < 0:

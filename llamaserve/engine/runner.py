@@ -13,6 +13,7 @@ from typing import Protocol
 from llamaserve.engine.types import SamplingParams
 from llamaserve.llama.context import Context
 from llamaserve.llama.logprobs import TokenLogprob, token_logprob
+from llamaserve.llama.lora import LoraAdapter, apply_scales
 from llamaserve.llama.model import Model
 from llamaserve.llama.sampler import SamplerChain
 
@@ -72,6 +73,8 @@ class Runner(Protocol):
 
     def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None: ...
 
+    def set_lora(self, scales: tuple[float, ...]) -> None: ...
+
     def seq_copy(self, src: int, dst: int) -> None: ...
 
     def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None: ...
@@ -95,9 +98,11 @@ class Runner(Protocol):
 class LlamaRunner:
     """Runs plans on a real llama.cpp context."""
 
-    def __init__(self, model: Model, context: Context) -> None:
+    def __init__(self, model: Model, context: Context, adapters: list[LoraAdapter] | None = None) -> None:
         self.model = model
         self.context = context
+        self.adapters = adapters or []
+        self._lora: tuple[float, ...] = ()
         self.n_ctx_seq = context.n_ctx_seq
         self.n_batch = context.n_batch
         self.n_seq_max = context.settings.n_seq_max
@@ -140,6 +145,12 @@ class LlamaRunner:
 
     def seq_copy(self, src: int, dst: int) -> None:
         self.context.seq_copy(src, dst, -1, -1)
+
+    def set_lora(self, scales: tuple[float, ...]) -> None:
+        """Switch adapter scales only when they change: a switch rebuilds llama.cpp's graph."""
+        if scales != self._lora:
+            apply_scales(self.context, self.adapters, scales)
+            self._lora = scales
 
     def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None:
         self.context.seq_remove(seq_id, p0, p1)

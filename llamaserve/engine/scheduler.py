@@ -83,6 +83,7 @@ class Scheduler:
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._waiting: deque[list[Task]] = deque()
         self._deferred_calls: list[Call] = []
+        self._lora_turn = 0
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
         self._running = True  # cleared by Shutdown; _step() also works without the thread (tests)
@@ -143,6 +144,7 @@ class Scheduler:
             return
         self.stats.n_decode_total += 1
         self.stats.n_busy_slots_total += sum(1 for s in self.slots if s.busy)
+        self.runner.set_lora(planned[0].task.request.lora if planned[0].task else ())
         result = self.runner.step(plan)
         if result.error is not None:
             log.error("decode failed: %s", result.error)
@@ -188,6 +190,7 @@ class Scheduler:
             self.runner.seq_remove(f.id, 0, -1)
             self.runner.seq_copy(leader.id, f.id)
             f.cache_tokens = list(leader.cache_tokens)
+            f.cache_lora = leader.cache_lora
             f.n_cached = leader.n_cached
             f.t_start = leader.t_start
             f.t_prompt_done = now
@@ -312,11 +315,16 @@ class Scheduler:
         prompt = req.prompt_tokens
         # Scoring the prompt needs the logits of every prompt position: nothing can be reused.
         reuse = req.cache_prompt and not req.prompt_logprobs
-        keep = common_prefix_length(slot.cache_tokens, prompt) if reuse else 0
+        # KV computed under other adapter scales is not this prompt's KV.
+        same_lora = slot.cache_lora == req.lora
+        keep = common_prefix_length(slot.cache_tokens, prompt) if reuse and same_lora else 0
         if self.prompt_cache is not None and keep < len(slot.cache_tokens):
             self._park(slot)
+        if not same_lora:
+            self._truncate(slot, 0)
+            slot.cache_lora = req.lora
         if reuse and self.prompt_cache is not None:
-            entry, n = self.prompt_cache.best(prompt)
+            entry, n = self.prompt_cache.best(prompt, req.lora)
             if entry is not None and n > keep:
                 self._truncate(slot, 0)
                 if self.runner.set_seq_state(slot.id, entry.state):
@@ -341,9 +349,9 @@ class Scheduler:
         """Copy the slot's KV to the host-memory cache before it is overwritten."""
         assert self.prompt_cache is not None
         tokens = slot.cache_tokens
-        if not tokens or self.prompt_cache.covers(tokens):
+        if not tokens or self.prompt_cache.covers(tokens, slot.cache_lora):
             return
-        if self.prompt_cache.put(tokens, self.runner.seq_state(slot.id)):
+        if self.prompt_cache.put(tokens, self.runner.seq_state(slot.id), slot.cache_lora):
             self.stats.prompt_cache_saves += 1
 
     def _move_chunks(self, slot: Slot, prompt: list[int], keep: int, min_chunk: int) -> int:
@@ -386,11 +394,27 @@ class Scheduler:
         self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
 
     # -------------------------------------------------------------- planning
+    def _lora_for_step(self) -> tuple[float, ...]:
+        """The adapter scales of this step: one set per decode, taking turns when requests differ."""
+        sets: list[tuple[float, ...]] = []
+        for slot in self.slots:
+            ready = slot.state is SlotState.PREFILL or (slot.state is SlotState.GENERATING and
+                                                        slot.next_token is not None)
+            if ready and slot.task is not None and slot.task.request.lora not in sets:
+                sets.append(slot.task.request.lora)
+        if len(sets) <= 1:
+            return sets[0] if sets else ()
+        self._lora_turn += 1
+        return sets[self._lora_turn % len(sets)]
+
     def _build_plan(self) -> tuple[list[PlanRow], list[Slot]]:
         budget = self.runner.n_batch
         plan: list[PlanRow] = []
         planned: list[Slot] = []
+        lora = self._lora_for_step()
         for slot in self.slots:
+            if slot.task is not None and slot.task.request.lora != lora:
+                continue  # llama.cpp applies one adapter set to a whole decode
             if slot.state is SlotState.GENERATING and slot.next_token is not None and budget > 0:
                 assert slot.sampler is not None and slot.task is not None
                 plan.append(PlanRow(slot.id, [slot.next_token], slot.n_past, [slot.sampler],
@@ -398,7 +422,8 @@ class Scheduler:
                 planned.append(slot)
                 slot.next_token = None
                 budget -= 1
-        prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.t_start)
+        prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILL and s.task is not None
+                             and s.task.request.lora == lora), key=lambda s: s.t_start)
         for slot in prefilling:
             if budget <= 0:
                 break

@@ -79,12 +79,14 @@ class SlotFiles:
         n = len(slot.cache_tokens)
         self.scheduler.runner.seq_remove(slot.id, 0, -1)
         slot.cache_tokens.clear()
+        slot.cache_lora = ()
         return {"id_slot": slot.id, "n_erased": n}
 
     def _load(self, slot: Any, path: str) -> tuple[int, list[int]]:
         runner = self.scheduler.runner
         runner.seq_remove(slot.id, 0, -1)
         slot.cache_tokens.clear()
+        slot.cache_lora = ()  # files hold base-model KV: saving a slot under an adapter is on the caller
         n_read, tokens = runner.load_seq_file(path, slot.id)
         if n_read == 0:
             runner.seq_remove(slot.id, 0, -1)  # a half-read state must not linger

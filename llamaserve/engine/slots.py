@@ -58,6 +58,7 @@ class Slot:
         self.n_ctx = n_ctx
         self.state = SlotState.IDLE
         self.cache_tokens: list[int] = []  # tokens whose KV this sequence holds, in order
+        self.cache_lora: tuple[float, ...] = ()  # the LoRA scales that KV was computed with
         self.last_used = 0.0
         self.last_task_id = -1
         self.clear_task()

@@ -24,6 +24,7 @@ class GenerationRequest:
     t_max_predict_ms: int = 0
     n_keep: int = 0  # tokens kept at the start by a context shift; -1: the whole prompt
     n_cache_reuse: int = -1  # smallest chunk reused by KV shifting; -1: the server's --cache-reuse
+    lora: tuple[float, ...] = ()  # a scale per loaded adapter; () when none applies (the base model)
     n_probs: int = -1  # -1: no log-probabilities; k >= 0: the chosen token's plus the top k
     prompt_logprobs: bool = False  # also score every prompt token (legacy completions' echo)
     echo_text: str = ""  # prompt text the answer starts with (legacy completions' echo)

@@ -58,4 +58,5 @@ class SamplingFields(BaseModel):
     t_max_predict_ms: int | None = Field(None, ge=0)
     n_keep: int | None = Field(None, ge=-1)
     n_cache_reuse: int | None = Field(None, ge=0)
+    lora: list[Any] | None = None  # [{"id": 0, "scale": 0.5}]: per-request adapter scales
     n_predict: int | None = Field(None, ge=-1)

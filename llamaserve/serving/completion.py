@@ -51,6 +51,7 @@ def build_request(rt: ModelRuntime, req: SamplingFields, tokens: list[int], *, n
         t_max_predict_ms=req.t_max_predict_ms or 0,
         n_keep=rt.config.n_keep if req.n_keep is None else req.n_keep,
         n_cache_reuse=-1 if req.n_cache_reuse is None else req.n_cache_reuse,
+        lora=rt.lora.for_request(req.lora),
         n_probs=n_probs,
     )
 

@@ -22,8 +22,11 @@ from llamaserve.engine.runner import LlamaRunner
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.slot_files import SlotFiles
 from llamaserve.errors import APIError
+from llamaserve.serving.lora import LoraScales
+from llamaserve.serving.lora import from_config as lora_from_config
 from llamaserve.llama.context import Context, ContextSettings
 from llamaserve.llama.embed import Embedder
+from llamaserve.llama.lora import LoraAdapter, LoraError, load_adapters
 from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, ModelInfo
 
 if TYPE_CHECKING:  # serving/sleep.py imports this module
@@ -53,6 +56,8 @@ class ModelRuntime:
     ui_settings: dict[str, Any] = field(default_factory=dict)
     embedder: Embedder | None = None
     slot_files: SlotFiles | None = None  # with --slot-save-path
+    lora: LoraScales = field(default_factory=LoraScales)
+    adapters: list[LoraAdapter] = field(default_factory=list)
     _tool_format: ToolFormat | None = None
 
     def require_generation(self) -> None:
@@ -84,6 +89,8 @@ class ModelRuntime:
             except OSError as exc:  # a full disk must not turn a clean stop into a crash
                 log.error("could not persist the slot caches: %s", exc)
         self.context.close()
+        for adapter in self.adapters:
+            adapter.close()
         self.model.close()
 
 
@@ -148,7 +155,11 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
         flash_attn=config.flash_attn,
     )
     context = Context(model, settings)
-    runner = LlamaRunner(model, context)
+    try:
+        adapters = load_adapters(model, [path for path, _ in config.lora])
+    except LoraError as exc:
+        raise ConfigError(str(exc)) from exc
+    runner = LlamaRunner(model, context, adapters)
     scheduler = Scheduler(runner, n_slots, slot_prompt_similarity=config.slot_prompt_similarity,
                           cache=cache_policy(config))
     slot_files = None
@@ -175,7 +186,8 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
     return ModelRuntime(config=config, model=model, context=context, scheduler=scheduler,
                         engine=EngineClient(scheduler), template=template, template_source=source,
                         info=info, chat_template_kwargs=kwargs, ui_settings=ui_settings,
-                        embedder=Embedder(context) if settings.embeddings else None, slot_files=slot_files)
+                        embedder=Embedder(context) if settings.embeddings else None, slot_files=slot_files,
+                        lora=lora_from_config(config.lora, config.lora_init_without_apply), adapters=adapters)
 
 
 @dataclass

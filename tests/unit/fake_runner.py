@@ -46,6 +46,8 @@ class FakeRunner:
         self.copies: list[tuple[int, int]] = []
         self.fail_next = False
         self.shifts: list[tuple[int, int, int, int]] = []
+        self.lora: tuple[float, ...] = ()
+        self.lora_per_step: list[tuple[float, ...]] = []
 
     def tokens(self, seq_id: int) -> list[int]:
         """The sequence's tokens in position order; positions must be 0..n-1."""
@@ -59,6 +61,7 @@ class FakeRunner:
     def step(self, plan: list[PlanRow]) -> StepResult:
         assert sum(len(r.tokens) for r in plan) <= self.n_batch, "plan exceeds the batch budget"
         self.plans.append(plan)
+        self.lora_per_step.append(self.lora)
         if self.fail_next:
             self.fail_next = False
             return StepResult([[] for _ in plan], error="boom")
@@ -95,6 +98,9 @@ class FakeRunner:
                 cell[0] += delta
 
     can_shift = True
+
+    def set_lora(self, scales: tuple[float, ...]) -> None:
+        self.lora = scales
 
     def seq_state(self, seq_id: int) -> bytes:
         return json.dumps(self.cells[seq_id]).encode()

@@ -185,3 +185,31 @@ def test_a_slot_action_waits_for_the_slots_request() -> None:
     run_until_idle(s)
     s._step()
     assert seen and seen[0] >= 3 + 4
+
+
+# ------------------------------------------------------------ LoRA sets
+def test_requests_with_different_adapter_scales_never_share_a_decode() -> None:
+    s, runner = make(n_slots=3, n_batch=64)
+    _, base = submit(s, [1, 2], n_predict=4)
+    _, half = submit(s, [3, 4], n_predict=4, lora=(0.5,))
+    _, half2 = submit(s, [5, 6], n_predict=4, lora=(0.5,))
+    run_until_idle(s)
+    assert all(c.finished is not None and c.finished.n_predicted == 4 for c in (base, half, half2))
+    for plan, lora in zip(runner.plans, runner.lora_per_step):
+        seqs = {row.seq_id for row in plan}
+        owners = {0: (), 1: (0.5,), 2: (0.5,)}
+        assert {owners[q] for q in seqs} == {lora}, "a decode mixed adapter sets"
+    assert any(len(plan) == 2 for plan in runner.plans)  # the two 0.5 requests did batch together
+
+
+def test_kv_computed_under_another_adapter_set_is_not_reused() -> None:
+    s, _ = make(n_batch=64)
+    prompt = list(range(10, 30))
+    submit(s, prompt + [1], n_predict=1)
+    run_until_idle(s)
+    _, other = submit(s, prompt + [2], n_predict=1, lora=(1.0,))
+    run_until_idle(s)
+    assert other.finished is not None and other.finished.n_cached == 0
+    _, same = submit(s, prompt + [3], n_predict=1, lora=(1.0,))
+    run_until_idle(s)
+    assert same.finished is not None and same.finished.n_cached == 20
