@@ -287,7 +287,11 @@ def config_from_args(argv: Sequence[str], environ: dict[str, str] | None = None)
     if values.get("verbose"):
         values["log_verbosity"] = 99
     config = ServerConfig(**values, api_keys=tuple(keys), sampling=replace(SamplerConfig(), **sampling))
-    config.validate()
+    config.validate()  # every other flag first: a typo should not wait for a download
+    if config.hf_repo or config.model_url:
+        from llamaserve.hub import resolve_model  # deferred: httpx only when downloading
+
+        config = replace(config, model=resolve_model(config, environ))
     return config
 
 
@@ -299,6 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
+    except KeyboardInterrupt:  # Ctrl-C during a download: the .part file stays for a resume
+        sys.stderr.write("interrupted\n")
+        return 130
     from llamaserve.api.server import serve  # deferred: keeps --help fast
 
     return serve(config)

@@ -134,7 +134,8 @@ class ServerConfig:
         for path, _ in self.lora:
             if not os.path.isfile(path):
                 raise ConfigError(f"LoRA adapter not found: {path}")
-        if not os.path.isfile(self.model):
+        # With -hf/--model-url the file may not exist yet: hub.resolve_model fetches it after this check.
+        if not (self.hf_repo or self.model_url) and not os.path.isfile(self.model):
             raise ConfigError(f"model file not found: {self.model}")
         if self.n_parallel == 0 or self.n_parallel < -1:
             raise ConfigError("--parallel must be -1 (auto) or at least 1")
