@@ -90,6 +90,12 @@ class Context:
         batch.n_tokens = len(rows)
         return int(C.llama_decode(self.handle, batch))
 
+    def warm_up(self, token: int) -> None:
+        """One throwaway decode, as llama-server does at start: the first real
+        request would otherwise pay for the compute buffers and cold weight pages."""
+        self.decode([(token, 0, 0, True)])
+        self.clear()
+
     def logits_row(self, index: int) -> ctypes.Array[ctypes.c_float]:
         ptr = C.llama_get_logits_ith(self.handle, index)
         return ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float * self.model.n_vocab)).contents

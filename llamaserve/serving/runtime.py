@@ -162,6 +162,8 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
     runner = LlamaRunner(model, context, adapters)
     scheduler = Scheduler(runner, n_slots, slot_prompt_similarity=config.slot_prompt_similarity,
                           cache=cache_policy(config))
+    if not settings.embeddings:
+        context.warm_up(model.bos if model.bos >= 0 else 0)
     slot_files = None
     if config.slot_save_path:
         slot_files = SlotFiles(scheduler, config.slot_save_path, {
