@@ -23,7 +23,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llamaserve.config import ServerConfig
@@ -49,6 +49,7 @@ class Snapshot:
     # (Prometheus reads a drop as a process restart).
     stats: SchedulerStats
     created: int  # /v1/models `created`: the same model, the same timestamp
+    lora_scales: list[float] = field(default_factory=list)  # set by POST /lora-adapters; kept across sleep
 
 
 def rss_bytes() -> int | None:
@@ -197,7 +198,8 @@ class IdleSleeper:
         waits for the freeing to finish and then reloads.
         """
         self.state.asleep = Snapshot(props={**info.props(rt), "is_sleeping": True}, models=info.models(rt),
-                                     stats=rt.scheduler.stats, created=rt.created)
+                                     stats=rt.scheduler.stats, created=rt.created,
+                                     lora_scales=list(rt.lora.scales))
         self.state.runtime = None
         idle = time.monotonic() - self._last_active
 
@@ -224,6 +226,7 @@ class IdleSleeper:
             raise APIError(f"failed to reload the model after sleeping: {exc}", "unavailable_error") from exc
         rt.scheduler.stats = snapshot.stats
         rt.created = snapshot.created
+        rt.lora.scales = snapshot.lora_scales or rt.lora.scales
         self.state.runtime = rt
         self.state.asleep = None
         self.wakes += 1

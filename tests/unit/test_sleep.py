@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from llamaserve.serving.lora import LoraScales
 from llamaserve.config import ServerConfig
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.errors import APIError
@@ -29,6 +30,7 @@ class FakeRuntime:
     def __init__(self, close_delay: float = 0.0) -> None:
         self.scheduler = FakeScheduler()
         self.created = int(time.time())
+        self.lora = LoraScales(["adapter.gguf"], [1.0])
         self.closed = threading.Event()
         self.close_delay = close_delay
 
@@ -77,6 +79,7 @@ def test_falls_asleep_after_idle_and_snapshots_the_views() -> None:
     async def main() -> None:
         first = FakeRuntime()
         first.scheduler.stats.tokens_predicted_total = 42
+        first.lora.scales = [0.25]  # as POST /lora-adapters left it
         state, sl = make(Loader(), first)
         sl.start()
         await until(lambda: state.asleep is not None and sl._transition is None)
@@ -89,6 +92,7 @@ def test_falls_asleep_after_idle_and_snapshots_the_views() -> None:
         rt = state.runtime
         assert isinstance(rt, FakeRuntime) and rt is not first and state.asleep is None
         assert rt.scheduler.stats.tokens_predicted_total == 42 and rt.created == first.created
+        assert rt.lora.scales == [0.25]
 
     asyncio.run(main())
 
