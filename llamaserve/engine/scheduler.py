@@ -369,8 +369,10 @@ class Scheduler:
 
     def _shift_context(self, slot: Slot) -> None:
         """The slot is full: drop half of what follows the kept prefix and slide the rest back."""
-        req = slot.task.request if slot.task else None
-        n_keep = len(slot.prompt) if req is not None and req.n_keep < 0 else (req.n_keep if req else 0)
+        assert slot.task is not None
+        n_keep = slot.task.request.n_keep
+        if n_keep < 0:
+            n_keep = len(slot.prompt)
         start, n_discard = context_shift(slot.n_past, n_keep)
         self.runner.seq_remove(slot.id, start, start + n_discard)
         self.runner.seq_shift(slot.id, start + n_discard, slot.n_past, -n_discard)
