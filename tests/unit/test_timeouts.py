@@ -1,0 +1,118 @@
+"""--timeout's ASGI half: stalled body reads answer 408, stalled writes end the exchange, streams flow."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from llamaserve.api.timeouts import TimeoutMiddleware
+
+Message = dict[str, Any]
+
+
+async def _echo_app(scope: Any, receive: Any, send: Any) -> None:
+    """Reads the whole body, then answers it back."""
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _scope(path: str = "/completion") -> dict[str, Any]:
+    return {"type": "http", "method": "POST", "path": path, "client": ("127.0.0.1", 1), "headers": []}
+
+
+def _run(app: Any, receive: Any, path: str = "/completion", send_delay: float = 0.0) -> list[Message]:
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        if send_delay:
+            await asyncio.sleep(send_delay)
+        sent.append(message)
+
+    asyncio.run(TimeoutMiddleware(app, 0.2)(_scope(path), receive, send))
+    return sent
+
+
+def test_a_stalled_body_gets_408_in_the_openai_envelope() -> None:
+    async def receive() -> Message:
+        if not hasattr(receive, "sent"):
+            receive.sent = True  # type: ignore[attr-defined]
+            return {"type": "http.request", "body": b"0123456789", "more_body": True}
+        await asyncio.sleep(10)
+        raise AssertionError("unreachable")
+
+    start = time.monotonic()
+    sent = _run(_echo_app, receive)
+    assert time.monotonic() - start < 2
+    assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
+    body = json.loads(sent[1]["body"])
+    assert body["error"]["code"] == 408 and "--timeout" in body["error"]["message"]
+
+
+def test_anthropic_routes_get_their_envelope() -> None:
+    async def receive() -> Message:
+        await asyncio.sleep(10)
+        raise AssertionError("unreachable")
+
+    sent = _run(_echo_app, receive, path="/v1/messages")
+    assert sent[0]["status"] == 408 and json.loads(sent[1]["body"])["type"] == "error"
+
+
+def test_waiting_for_a_disconnect_after_the_body_is_not_bounded() -> None:
+    # A long answer watches for the client's disconnect with receive(): that wait must outlive the timeout.
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()  # the whole body
+
+        async def watch() -> None:
+            await receive()
+
+        watcher = asyncio.ensure_future(watch())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(6):  # 0.6 s of streaming, three timeouts long
+            await asyncio.sleep(0.1)
+            await send({"type": "http.response.body", "body": b"x", "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        watcher.cancel()
+
+    async def receive() -> Message:
+        if not hasattr(receive, "sent"):
+            receive.sent = True  # type: ignore[attr-defined]
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+        await asyncio.sleep(10)
+        return {"type": "http.disconnect"}
+
+    sent = _run(app, receive)
+    assert sent[0]["status"] == 200 and len(sent) == 8
+
+
+def test_a_stalled_write_ends_the_exchange_quietly() -> None:
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    start = time.monotonic()
+    sent = _run(_echo_app, receive, send_delay=5.0)  # every send blocks as if the client stopped reading
+    assert sent == [] and time.monotonic() - start < 2
+
+
+def test_other_errors_pass_through() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise ValueError("boom")
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    try:
+        _run(app, receive)
+    except ValueError as exc:
+        assert str(exc) == "boom"
+    else:
+        raise AssertionError("the app's error was swallowed")
