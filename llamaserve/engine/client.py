@@ -16,6 +16,18 @@ from llamaserve.engine.types import Event, Failed, Finished, GenerationRequest
 T = TypeVar("T")
 
 
+def deliver(loop: asyncio.AbstractEventLoop, fn: Callable[[T], object], value: T) -> None:
+    """Hand a value to the event loop from the scheduler thread.
+
+    At shutdown the loop may close before the scheduler's last events; those
+    have nobody left to read them, and the scheduler thread must not die of it.
+    """
+    try:
+        loop.call_soon_threadsafe(fn, value)
+    except RuntimeError:  # the event loop is closed
+        pass
+
+
 class EngineClient:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
@@ -40,7 +52,7 @@ class EngineClient:
 
         def sink_for(index: int) -> Callable[[list[Event]], None]:
             def sink(events: list[Event]) -> None:
-                loop.call_soon_threadsafe(inbox.put_nowait, (index, events))
+                deliver(loop, inbox.put_nowait, (index, events))
             return sink
 
         ids = [self.scheduler.next_task_id() for _ in requests]
@@ -76,7 +88,7 @@ class EngineClient:
                     future.set_exception(error)
                 else:
                     future.set_result(value)  # type: ignore[arg-type]
-            loop.call_soon_threadsafe(settle)
+            deliver(loop, lambda _: settle(), None)
 
         self.scheduler.call(fn, reply, idle_slot=idle_slot)
         return await future
