@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ pytest.importorskip("gguf")
 C = pytest.importorskip("llama_cpp.llama_cpp")
 
 from llamaserve.convert import bert as conv  # noqa: E402
+from tests.llama_logs import silenced_llama_logs  # noqa: E402
 from llamaserve.convert.safetensors_io import SafetensorsFile, load_safetensors  # noqa: E402
 
 MINILM = conv.locate_minilm()
@@ -59,19 +61,10 @@ UNRELATED = [(0, 2), (4, 10), (6, 13), (8, 11), (1, 12)]
 # A minimal llama.cpp embedder over the ctypes API
 # ---------------------------------------------------------------------------------------------
 
-_SILENT_LOG = C.llama_log_callback(lambda level, text, user_data: None)
-
-
 @pytest.fixture(scope="module", autouse=True)
-def _quiet_llama_logs():
-    """Silence llama.cpp's loader chatter here, and give back whatever logger was set."""
-    prev_cb = C.llama_log_callback()
-    prev_ud = ctypes.c_void_p()
-    C.llama_log_get(ctypes.byref(prev_cb), ctypes.byref(prev_ud))
-    C.llama_backend_init()
-    C.llama_log_set(_SILENT_LOG, ctypes.c_void_p())
-    yield
-    C.llama_log_set(prev_cb, prev_ud)
+def _quiet_llama_logs() -> Iterator[None]:
+    with silenced_llama_logs():
+        yield
 
 
 class LlamaEncoder:

