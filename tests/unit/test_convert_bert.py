@@ -7,7 +7,6 @@ driven through the low-level ctypes API only.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import struct
 from collections.abc import Iterator
