@@ -112,8 +112,9 @@ class AccessLogMiddleware:
 
         try:
             await self.app(scope, receive, logging_send)
-        except BaseException:
-            self._log(scope, status or 500, start, state)
+        except BaseException as exc:
+            # An exception may say what the client is answered (a stalled read: 408).
+            self._log(scope, status or getattr(exc, "http_status", 500), start, state)
             raise
 
     def _log(self, scope: Scope, status: int, start: float, state: MutableMapping[str, Any]) -> None:

@@ -116,3 +116,20 @@ def test_other_errors_pass_through() -> None:
         assert str(exc) == "boom"
     else:
         raise AssertionError("the app's error was swallowed")
+
+
+def test_the_access_log_records_a_stalled_body_as_408(caplog: Any) -> None:
+    from llamaserve.api.middleware import AccessLogMiddleware
+
+    async def receive() -> Message:
+        if not hasattr(receive, "sent"):
+            receive.sent = True  # type: ignore[attr-defined]
+            return {"type": "http.request", "body": b"0123", "more_body": True}
+        await asyncio.sleep(10)
+        raise AssertionError("unreachable")
+
+    with caplog.at_level("INFO"):
+        sent = _run(AccessLogMiddleware(_echo_app), receive)
+    assert sent[0]["status"] == 408
+    lines = [r.getMessage() for r in caplog.records if r.name == "llamaserve.access"]
+    assert len(lines) == 1 and "POST /completion 408 " in lines[0], lines
