@@ -139,12 +139,13 @@ class Scheduler:
             return
         self._run_deferred_calls()
         self._admit_waiting()
-        plan, planned = self._build_plan()
+        lora = self._lora_for_step()
+        plan, planned = self._build_plan(lora)
         if not plan:
             return
         self.stats.n_decode_total += 1
         self.stats.n_busy_slots_total += sum(1 for s in self.slots if s.busy)
-        self.runner.set_lora(planned[0].task.request.lora if planned[0].task else ())
+        self.runner.set_lora(lora)
         result = self.runner.step(plan)
         if result.error is not None:
             log.error("decode failed: %s", result.error)
@@ -409,11 +410,11 @@ class Scheduler:
         self._lora_turn += 1
         return sets[self._lora_turn % len(sets)]
 
-    def _build_plan(self) -> tuple[list[PlanRow], list[Slot]]:
+    def _build_plan(self, lora: tuple[float, ...]) -> tuple[list[PlanRow], list[Slot]]:
+        """One step's rows: slots running under adapter scales ``lora`` only."""
         budget = self.runner.n_batch
         plan: list[PlanRow] = []
         planned: list[Slot] = []
-        lora = self._lora_for_step()
         for slot in self.slots:
             if slot.task is not None and slot.task.request.lora != lora:
                 continue  # llama.cpp applies one adapter set to a whole decode
