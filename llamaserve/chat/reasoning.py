@@ -31,17 +31,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llamaserve.chat.parsed import ContentDelta, ParseEvent, ReasoningDelta
-from llamaserve.chat.tools._base import (
-    Ctx,
-    Gen,
-    StreamParser,
-    ToolInfo,
-    fold,
-    one_of,
-    rest_as,
-    scan_content,
-    skip_ws,
-)
+from llamaserve.chat.tools._base import Ctx, Gen, StreamParser, fold, one_of, rest_as, scan_content, skip_ws
+from llamaserve.chat.tools._toolinfo import ToolInfo
 
 __all__ = [
     "DEFAULT_MARKERS",

@@ -36,7 +36,8 @@ from collections.abc import Callable
 
 from llamaserve.chat.parsed import ContentDelta, ParseEvent
 
-from ._base import StreamParser, ToolInfo, fold
+from ._base import StreamParser, fold
+from ._toolinfo import ToolInfo
 from ._format import ToolChoiceError, ToolFormat, normalize_tool_choice
 from .command_r7b import CommandR7BFormat
 from .deepseek_r1 import DeepSeekR1Format

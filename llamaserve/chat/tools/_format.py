@@ -9,7 +9,8 @@ from typing import Any
 from llamaserve.chat.parsed import GrammarSpec, ParsedMessage
 
 from . import _base
-from ._base import Ctx, Gen, StreamParser, ToolInfo, tool_name, tool_parameters
+from ._base import Ctx, Gen, StreamParser
+from ._toolinfo import ToolInfo, tool_name, tool_parameters
 from ._grammar import SP, SP_RULE, GrammarBuilder
 
 # A tool argument grammar handed to a format: (tool name, rule matching its JSON arguments).

@@ -32,13 +32,11 @@ from ._base import (
     parse_json_array_of_calls,
     rest_as,
     skip_ws,
-    tool_function,
-    tool_name,
-    tool_parameters,
     try_block,
     wait,
-    _STR_STOP,
 )
+from ._toolinfo import tool_function, tool_name, tool_parameters
+from ._jsonscan import _STR_STOP
 from ._format import ToolChoiceError, ToolFormat, ToolRule, normalize_tool_choice
 from ._grammar import COMMA, SP, SP_RULE, GrammarBuilder, alt, json_call_body, repeat_calls
 

@@ -20,18 +20,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ._base import (
-    Ctx,
-    Gen,
-    blocks_in_content,
-    dump_args,
-    emit_call,
-    literal,
-    one_of,
-    read_until,
-    skip_ws,
-    typed_value,
-)
+from ._base import Ctx, Gen, blocks_in_content, emit_call, literal, one_of, read_until, skip_ws
+from ._toolinfo import dump_args, typed_value
 from ._format import ToolFormat, ToolRule
 from ._grammar import SP, GrammarBuilder, alt, lit, regex_escape, repeat_calls, xml_params, xml_params_body
 
