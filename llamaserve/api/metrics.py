@@ -79,6 +79,18 @@ class LlamaCollector(Collector):
         yield _metric("llamacpp:requests_processing", "Number of requests processing.", "gauge",
                       s.requests_processing)
         yield _metric("llamacpp:requests_deferred", "Number of requests deferred.", "gauge", s.requests_deferred)
+        # Ours: how the KV-cache features are doing (llama-server has no metrics for them).
+        yield _metric("llamaserve:prompt_cache_saves_total", "Slot KV states copied to the host-memory cache.",
+                      "counter", s.prompt_cache_saves)
+        yield _metric("llamaserve:prompt_cache_hits_total", "Prompts started from the host-memory cache.",
+                      "counter", s.prompt_cache_hits)
+        ram = rt.scheduler.prompt_cache if rt is not None else None
+        yield _metric("llamaserve:prompt_cache_bytes", "Bytes held by the host-memory prompt cache.", "gauge",
+                      ram.bytes_used if ram is not None else 0)
+        yield _metric("llamaserve:cache_reuse_tokens_total", "Prompt tokens kept by moving KV chunks (--cache-reuse).",
+                      "counter", s.cache_reuse_tokens)
+        yield _metric("llamaserve:context_shifts_total", "Context shifts of full slots (--context-shift).", "counter",
+                      s.context_shifts)
 
 
 def render_metrics(state: ServerState, collector: LlamaCollector) -> bytes:

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import RunningServer, start_server, stop_server
 
@@ -30,6 +31,15 @@ def n_tokens(url: str, text: str) -> int:
     return len(httpx.post(f"{url}/tokenize", json={"content": text}, timeout=60).json()["tokens"])
 
 
+def metric(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    raise AssertionError(f"{name} not in /metrics")
+
+
 def complete(url: str, prompt: str, **extra: Any) -> dict[str, Any]:
     body = {"prompt": prompt, "n_predict": 8, "temperature": 0, "cache_prompt": True, **extra}
     r = httpx.post(f"{url}/completion", json=body, timeout=900)
@@ -44,7 +54,7 @@ def one_slot(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     saves = tmp / "slots"
     saves.mkdir()
     srv = start_server(["-m", model_path, "-np", "1", "-c", "4096", "-t", "2", "--slot-save-path", str(saves),
-                        "--cache-ram", "512"], tmp)
+                        "--cache-ram", "512", "--metrics"], tmp)
     yield srv, saves
     stop_server(srv)
 
@@ -107,8 +117,11 @@ def test_cache_ram_serves_a_prefix_after_the_slot_was_taken_over(one_slot: tuple
     complete(url, shared + "Question one: who moved to Oslo?")
     other = complete(url, long_text(10, seed=3) + "Something else entirely.")
     assert other["timings"]["cache_n"] < 50  # the one slot now holds an unrelated prompt
+    hits_before = metric(url, "llamaserve:prompt_cache_hits_total")
     second = complete(url, shared + "Question two: who moved to Lima?")
     assert second["timings"]["cache_n"] >= 1000
+    assert metric(url, "llamaserve:prompt_cache_hits_total") == hits_before + 1
+    assert metric(url, "llamaserve:prompt_cache_bytes") > 1000 * 20_000  # SmolLM2: ~23 KB of KV per token
 
 
 def test_cache_reuse_keeps_a_chunk_that_moved(model_path: str, tmp_path: Path) -> None:
