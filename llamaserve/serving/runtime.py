@@ -128,21 +128,6 @@ def _ui_settings(config: ServerConfig) -> dict[str, Any]:
     return settings
 
 
-def flash_attn_mode(config: ServerConfig) -> str:
-    """`-fa auto` means off when everything runs on the CPU; on and off are obeyed.
-
-    llama.cpp's auto turns flash attention on wherever the backend has it,
-    the CPU included. On the CPU its kernel is slow for small batches over a
-    long context: with SmolLM2 at 1,700 cached tokens, one decode took 55 ms
-    with it and 22 ms without, and the 33 new tokens of a second chat turn
-    1.5 s against 0.4 s; a 1,700-token prefill was about even. So a chat's
-    later turns, and every decode step deep in a context, are 2-4x faster off.
-    """
-    if config.flash_attn == "auto" and config.n_gpu_layers == 0:
-        return "off"
-    return config.flash_attn
-
-
 def cache_policy(config: ServerConfig) -> CachePolicy:
     ram = config.cache_ram_mib
     return CachePolicy(cache_reuse=config.cache_reuse, context_shift=config.context_shift,
@@ -167,7 +152,7 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
         kv_unified=True if embedding_only else config.effective_kv_unified,
         embeddings=config.embedding or config.reranking,
         pooling="rank" if config.reranking else config.pooling,
-        flash_attn=flash_attn_mode(config),
+        flash_attn=config.flash_attn,
     )
     context = Context(model, settings)
     try:

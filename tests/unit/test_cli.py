@@ -91,11 +91,3 @@ def test_llama_serve_subcommand() -> None:
                         "sys.exit(llama_main(['serve', '-m', '/nonexistent.gguf']))"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "model file not found" in r.stderr
-
-
-def test_flash_attention_auto_is_off_on_the_cpu_and_explicit_values_are_obeyed() -> None:
-    from llamaserve.serving.runtime import flash_attn_mode
-
-    assert flash_attn_mode(config_from_args([])) == "off"
-    assert flash_attn_mode(config_from_args(["-fa", "on"])) == "on"
-    assert flash_attn_mode(config_from_args(["-fa", "auto", "-ngl", "99"])) == "auto"
