@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamaserve.engine.scheduler import Scheduler
+from llamaserve.engine.slots import Slot
 
 log = logging.getLogger("llamaserve.slots")
 
@@ -46,7 +47,7 @@ class SlotFiles:
     directory: str
     model_id: dict[str, Any]  # what a persisted cache must match: model file, size, context
 
-    def _slot(self, slot_id: int) -> Any:
+    def _slot(self, slot_id: int) -> Slot:
         if not 0 <= slot_id < len(self.scheduler.slots):
             raise SlotFileError(f"no slot with id {slot_id}")
         return self.scheduler.slots[slot_id]
@@ -82,7 +83,7 @@ class SlotFiles:
         slot.cache_lora = ()
         return {"id_slot": slot.id, "n_erased": n}
 
-    def _load(self, slot: Any, path: str) -> tuple[int, list[int]]:
+    def _load(self, slot: Slot, path: str) -> tuple[int, list[int]]:
         runner = self.scheduler.runner
         runner.seq_remove(slot.id, 0, -1)
         slot.cache_tokens.clear()
