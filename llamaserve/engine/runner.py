@@ -65,6 +65,7 @@ class StepResult:
 class Runner(Protocol):
     n_ctx_seq: int
     n_batch: int
+    n_ubatch: int
     n_seq_max: int
 
     def new_sampler(self, params: SamplingParams) -> Sampler: ...
@@ -105,6 +106,7 @@ class LlamaRunner:
         self._lora: tuple[float, ...] = ()
         self.n_ctx_seq = context.n_ctx_seq
         self.n_batch = context.n_batch
+        self.n_ubatch = min(context.settings.n_ubatch, context.n_batch)
         self.n_seq_max = context.settings.n_seq_max
 
     def new_sampler(self, params: SamplingParams) -> SamplerChain:

@@ -3,7 +3,7 @@
 Every step it (1) takes messages from its inbox, (2) places waiting requests
 in free slots, reusing each slot's cached prefix, (3) builds one plan holding
 the next token of every generating slot plus prompt chunks of slots still in
-prefill, within n_batch tokens, (4) runs it, and (5) turns sampled tokens into
+prefill, within one micro-batch (n_ubatch tokens), (4) runs it, and (5) turns sampled tokens into
 text events for each request. Requests join and leave between steps.
 """
 
@@ -412,7 +412,12 @@ class Scheduler:
 
     def _build_plan(self, lora: tuple[float, ...]) -> tuple[list[PlanRow], list[Slot]]:
         """One step's rows: slots running under adapter scales ``lora`` only."""
-        budget = self.runner.n_batch
+        # One micro-batch per step, not a whole -b batch: llama.cpp computes a
+        # batch one micro-batch at a time anyway (measured: the same 2,000-token
+        # prefill in one call or four), and a step that ends sooner lets
+        # generating slots advance and an abandoned prompt stop after <= n_ubatch
+        # tokens instead of after all of them.
+        budget = self.runner.n_ubatch
         plan: list[PlanRow] = []
         planned: list[Slot] = []
         for slot in self.slots:

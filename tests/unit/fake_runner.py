@@ -31,9 +31,10 @@ class FakeSampler:
 
 class FakeRunner:
     def __init__(self, *, n_ctx_seq: int = 256, n_batch: int = 16, n_seq_max: int = 4,
-                 pieces: dict[int, bytes] | None = None) -> None:
+                 pieces: dict[int, bytes] | None = None, n_ubatch: int | None = None) -> None:
         self.n_ctx_seq = n_ctx_seq
         self.n_batch = n_batch
+        self.n_ubatch = n_batch if n_ubatch is None else n_ubatch
         self.n_seq_max = n_seq_max
         self.pieces = pieces or {}
         # scripts[prompt] = the tokens generated after that prompt, in order;
@@ -59,7 +60,7 @@ class FakeRunner:
         return FakeSampler()
 
     def step(self, plan: list[PlanRow]) -> StepResult:
-        assert sum(len(r.tokens) for r in plan) <= self.n_batch, "plan exceeds the batch budget"
+        assert sum(len(r.tokens) for r in plan) <= self.n_ubatch, "plan exceeds the micro-batch budget"
         self.plans.append(plan)
         self.lora_per_step.append(self.lora)
         if self.fail_next:

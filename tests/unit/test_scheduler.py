@@ -330,3 +330,21 @@ def test_aborting_the_leader_fails_the_waiting_choices_cleanly() -> None:
     assert cs[0].finished is not None and cs[0].finished.stop_type == "abort"
     assert cs[1].failed is not None
     assert not any(sl.busy for sl in s.slots)
+
+
+def test_a_long_prompt_is_fed_one_micro_batch_per_step_so_an_abort_lands_early() -> None:
+    runner = FakeRunner(n_seq_max=2, n_batch=2048, n_ubatch=512, n_ctx_seq=4096)
+    s = Scheduler(runner, 2)
+    runner.scripts = {(1,): [5] * 50 + [EOG]}
+    submit(s, [1], n_predict=50)
+    s._drain_inbox(block=False)
+    s._step()  # the short request is generating
+    tid, c = submit(s, list(range(100, 2100)), n_predict=4)
+    s._drain_inbox(block=False)
+    s._step()
+    assert max(sum(len(r.tokens) for r in plan) for plan in runner.plans) <= 512
+    assert any(len(r.tokens) == 1 for r in runner.plans[-1]), "the generating slot advanced in the same step"
+    s.abort(tid)
+    s._drain_inbox(block=False)
+    assert c.finished is not None and c.finished.stop_type == "abort"
+    assert len(s.slots[1].cache_tokens) + len(s.slots[0].cache_tokens) < 600  # not the whole 2,000-token prompt
