@@ -42,16 +42,20 @@ def _run(app: Any, receive: Any, path: str = "/completion", send_delay: float = 
     return sent
 
 
-def test_a_stalled_body_gets_408_in_the_openai_envelope() -> None:
+def _stalling_after(first: bytes) -> Any:
+    """A client that sends ``first`` of a longer body, then nothing."""
     async def receive() -> Message:
         if not hasattr(receive, "sent"):
             receive.sent = True  # type: ignore[attr-defined]
-            return {"type": "http.request", "body": b"0123456789", "more_body": True}
+            return {"type": "http.request", "body": first, "more_body": True}
         await asyncio.sleep(10)
         raise AssertionError("unreachable")
+    return receive
 
+
+def test_a_stalled_body_gets_408_in_the_openai_envelope() -> None:
     start = time.monotonic()
-    sent = _run(_echo_app, receive)
+    sent = _run(_echo_app, _stalling_after(b"0123456789"))
     assert time.monotonic() - start < 2
     assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
     body = json.loads(sent[1]["body"])
@@ -121,15 +125,8 @@ def test_other_errors_pass_through() -> None:
 def test_the_access_log_records_a_stalled_body_as_408(caplog: Any) -> None:
     from llamaserve.api.middleware import AccessLogMiddleware
 
-    async def receive() -> Message:
-        if not hasattr(receive, "sent"):
-            receive.sent = True  # type: ignore[attr-defined]
-            return {"type": "http.request", "body": b"0123", "more_body": True}
-        await asyncio.sleep(10)
-        raise AssertionError("unreachable")
-
     with caplog.at_level("INFO"):
-        sent = _run(AccessLogMiddleware(_echo_app), receive)
+        sent = _run(AccessLogMiddleware(_echo_app), _stalling_after(b"0123"))
     assert sent[0]["status"] == 408
     lines = [r.getMessage() for r in caplog.records if r.name == "llamaserve.access"]
     assert len(lines) == 1 and "POST /completion 408 " in lines[0], lines
