@@ -84,7 +84,7 @@ class LlamaCollector(Collector):
                       "counter", s.prompt_cache_saves)
         yield _metric("llamaserve:prompt_cache_hits_total", "Prompts started from the host-memory cache.",
                       "counter", s.prompt_cache_hits)
-        ram = rt.scheduler.prompt_cache if rt is not None else None
+        ram = rt.scheduler.kv.prompt_cache if rt is not None else None
         yield _metric("llamaserve:prompt_cache_bytes", "Bytes held by the host-memory prompt cache.", "gauge",
                       ram.bytes_used if ram is not None else 0)
         yield _metric("llamaserve:cache_reuse_tokens_total", "Prompt tokens kept by moving KV chunks (--cache-reuse).",

@@ -18,9 +18,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llamaserve.engine.kvcache import CachePolicy, PromptCache, context_shift, plan_chunk_reuse
+from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.runner import PlanRow, Runner, Sample
 from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
+from llamaserve.engine.slot_kv import SlotKV
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.textstream import TextStream
 from llamaserve.engine.types import (
@@ -77,9 +78,7 @@ class Scheduler:
         self.runner = runner
         self.slots = [Slot(i, runner.n_ctx_seq) for i in range(n_slots)]
         self.slot_prompt_similarity = slot_prompt_similarity
-        self.cache = cache or CachePolicy()
-        self.prompt_cache = PromptCache(self.cache.cache_ram_bytes) if self.cache.cache_ram_bytes else None
-        self.stats = SchedulerStats()
+        self.kv = SlotKV(runner, cache or CachePolicy(), SchedulerStats())
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._waiting: deque[list[Task]] = deque()
         self._deferred_calls: list[Call] = []
@@ -116,6 +115,15 @@ class Scheduler:
     def call(self, fn: Callable[[], object], reply: Callable[[object, BaseException | None], None],
              *, idle_slot: int = -1) -> None:
         self._inbox.put(Call(fn, reply, idle_slot))
+
+    @property
+    def stats(self) -> SchedulerStats:
+        return self.kv.stats
+
+    @stats.setter
+    def stats(self, value: SchedulerStats) -> None:
+        # A reload after sleep carries the old counters over (serving/sleep.py).
+        self.kv.stats = value
 
     @property
     def n_ctx_slot(self) -> int:
@@ -288,7 +296,7 @@ class Scheduler:
                 kind="exceed_context_size_error",
                 extra={"n_prompt_tokens": len(prompt), "n_ctx": slot.n_ctx})])
             return False
-        keep = self._reuse_cache(slot, req)
+        keep = self.kv.prepare(slot, req)
         slot.clear_task()
         slot.task = task
         slot.prompt = list(prompt)
@@ -304,82 +312,6 @@ class Scheduler:
         self.stats.prompt_tokens_cached_total += keep
         self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
         return True
-
-    # ------------------------------------------------------------ KV reuse
-    def _reuse_cache(self, slot: Slot, req: GenerationRequest) -> int:
-        """Prepare slot's KV for req's prompt; returns how many prompt tokens are already in place.
-
-        In order: the common prefix with what the slot holds; a longer prefix
-        from the host-memory cache; chunks further on moved into place
-        (--cache-reuse). Whatever is left of the old content is removed.
-        """
-        prompt = req.prompt_tokens
-        # Scoring the prompt needs the logits of every prompt position: nothing can be reused.
-        reuse = req.cache_prompt and not req.prompt_logprobs
-        # KV computed under other adapter scales is not this prompt's KV.
-        same_lora = slot.cache_lora == req.lora
-        keep = common_prefix_length(slot.cache_tokens, prompt) if reuse and same_lora else 0
-        if self.prompt_cache is not None and keep < len(slot.cache_tokens):
-            self._park(slot)
-        if not same_lora:
-            self._truncate(slot, 0)
-            slot.cache_lora = req.lora
-        if reuse and self.prompt_cache is not None:
-            entry, n = self.prompt_cache.best(prompt, req.lora)
-            if entry is not None and n > keep:
-                self._truncate(slot, 0)
-                if self.runner.set_seq_state(slot.id, entry.state):
-                    slot.cache_tokens = list(entry.tokens)
-                    keep = n
-                    self.stats.prompt_cache_hits += 1
-                else:  # a state that no longer fits (e.g. unified KV is full): start clean
-                    self.runner.seq_remove(slot.id, 0, -1)
-        min_chunk = req.n_cache_reuse if req.n_cache_reuse >= 0 else self.cache.cache_reuse
-        if reuse and min_chunk > 0 and keep < len(slot.cache_tokens) and self.runner.can_shift:
-            keep = self._move_chunks(slot, prompt, keep, min_chunk)
-        keep = min(keep, len(prompt) - 1)  # the last prompt token is decoded again for its logits
-        self._truncate(slot, keep)
-        return keep
-
-    def _truncate(self, slot: Slot, keep: int) -> None:
-        if keep < len(slot.cache_tokens):
-            self.runner.seq_remove(slot.id, keep, -1)
-            del slot.cache_tokens[keep:]
-
-    def _park(self, slot: Slot) -> None:
-        """Copy the slot's KV to the host-memory cache before it is overwritten."""
-        assert self.prompt_cache is not None
-        tokens = slot.cache_tokens
-        if not tokens or self.prompt_cache.covers(tokens, slot.cache_lora):
-            return
-        if self.prompt_cache.put(tokens, self.runner.seq_state(slot.id), slot.cache_lora):
-            self.stats.prompt_cache_saves += 1
-
-    def _move_chunks(self, slot: Slot, prompt: list[int], keep: int, min_chunk: int) -> int:
-        moves, in_place = plan_chunk_reuse(slot.cache_tokens, prompt, keep, min_chunk)
-        if not moves:
-            return keep
-        for m in moves:
-            # Drop the cells between the chunk's new and old place, then slide it back.
-            self.runner.seq_remove(slot.id, m.dst, m.src)
-            self.runner.seq_shift(slot.id, m.src, m.src + m.length, m.dst - m.src)
-        self.runner.seq_remove(slot.id, in_place, -1)
-        slot.cache_tokens = list(prompt[:in_place])
-        self.stats.cache_reuse_tokens += sum(m.length for m in moves)
-        return in_place
-
-    def _shift_context(self, slot: Slot) -> None:
-        """The slot is full: drop half of what follows the kept prefix and slide the rest back."""
-        assert slot.task is not None
-        n_keep = slot.task.request.n_keep
-        if n_keep < 0:
-            n_keep = len(slot.prompt)
-        start, n_discard = context_shift(slot.n_past, n_keep)
-        self.runner.seq_remove(slot.id, start, start + n_discard)
-        self.runner.seq_shift(slot.id, start + n_discard, slot.n_past, -n_discard)
-        del slot.cache_tokens[start:start + n_discard]
-        slot.truncated = True
-        self.stats.context_shifts += 1
 
     def _start_follower(self, slot: Slot, task: Task, leader: Slot) -> None:
         slot.clear_task()
@@ -478,8 +410,8 @@ class Scheduler:
             elif req.n_predict >= 0 and n_gen >= req.n_predict:
                 stop_type = "limit"
             elif slot.n_past + 1 >= slot.n_ctx:
-                if self.cache.context_shift and self.runner.can_shift:
-                    self._shift_context(slot)
+                if self.kv.shifts_context:
+                    self.kv.shift(slot)
                 else:
                     stop_type = "limit"  # the slot's context is full
             elif req.t_max_predict_ms > 0 and "\n" in slot.stream.text and \
