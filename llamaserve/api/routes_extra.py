@@ -33,6 +33,7 @@ from llamaserve.serving import chat, generate
 from llamaserve.serving import messages as msgs
 from llamaserve.serving import response_state
 from llamaserve.serving import responses as resp
+from llamaserve.serving.responses_input import to_chat_request
 from llamaserve.serving.response_store import ResponseStore, db_path
 from llamaserve.serving.runtime import ModelRuntime, ServerState
 
@@ -103,7 +104,7 @@ def extra_routes(state: ServerState, runtime_fn: Callable[[], ModelRuntime]) -> 
         rt = runtime_fn()
         req = await read_json(request, ResponsesRequest)
         history = await response_state.history(store, req)
-        jobs = await chat.chat_request(rt, resp.to_chat_request(req, history))
+        jobs = await chat.chat_request(rt, to_chat_request(req, history))
 
         async def keep(body: dict[str, Any]) -> dict[str, Any]:
             return await response_state.remember(store, req, body)

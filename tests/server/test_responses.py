@@ -22,7 +22,8 @@ from pydantic import BaseModel
 from llamaserve.errors import APIError
 from llamaserve.protocol.responses import ResponsesRequest
 from llamaserve.serving.chat import ChatChunk
-from llamaserve.serving.responses import ResponseStream, envelope, finish, output_items, to_chat_request
+from llamaserve.serving.responses import ResponseStream, envelope, finish, output_items
+from llamaserve.serving.responses_input import to_chat_request
 
 from .conftest import start_server, stop_server
 
