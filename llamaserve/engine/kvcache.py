@@ -1,14 +1,13 @@
 """KV-cache bookkeeping that needs no model: the host-memory prompt cache, the
 chunk moves of `--cache-reuse` and the arithmetic of a context shift.
 
-The scheduler applies what these compute to the runner's KV sequences.
+engine/slot_kv.py applies what these compute to the runner's KV sequences.
 """
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llamaserve.engine.slots import common_prefix_length
 
@@ -21,7 +20,6 @@ class CachedPrompt:
     tokens: list[int]
     state: bytes
     lora: tuple[float, ...] = ()  # the adapter scales the KV was computed with
-    saved_at: float = field(default_factory=time.time)
 
     @property
     def size(self) -> int:
@@ -41,9 +39,6 @@ class PromptCache:
         self._entries: OrderedDict[int, CachedPrompt] = OrderedDict()
         self._next_key = 0
         self.bytes_used = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     def entries(self) -> list[CachedPrompt]:
         return list(self._entries.values())
