@@ -25,13 +25,29 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_bench import ServerProcess, free_port, wait_healthy  # noqa: E402
+from serve_bench import ServerProcess, free_port, wait_healthy
 
-SUBJECTS = ["The cat", "A pilot", "My neighbour", "The old river", "A tiny robot", "The orchestra", "Our team",
-            "The storm"]
+SUBJECTS = [
+    "The cat",
+    "A pilot",
+    "My neighbour",
+    "The old river",
+    "A tiny robot",
+    "The orchestra",
+    "Our team",
+    "The storm",
+]
 VERBS = ["quietly watches", "paints", "forgets", "carries", "celebrates", "repairs", "follows", "describes"]
-OBJECTS = ["the morning light", "a broken bicycle", "the city map", "an empty box", "the last train",
-           "a red balloon", "the winter garden", "a secret letter"]
+OBJECTS = [
+    "the morning light",
+    "a broken bicycle",
+    "the city map",
+    "an empty box",
+    "the last train",
+    "a red balloon",
+    "the winter garden",
+    "a secret letter",
+]
 
 
 def sentences(n: int) -> list[str]:
@@ -48,9 +64,9 @@ async def measure(url: str, texts: list[str], batch: int, rounds: int) -> list[f
         for _ in range(rounds):
             t0 = time.perf_counter()
             for i in range(0, len(texts), batch):
-                r = await client.post(f"{url}/v1/embeddings", json={"input": texts[i:i + batch]})
+                r = await client.post(f"{url}/v1/embeddings", json={"input": texts[i : i + batch]})
                 r.raise_for_status()
-                assert len(r.json()["data"]) == len(texts[i:i + batch])
+                assert len(r.json()["data"]) == len(texts[i : i + batch])
             rates.append(len(texts) / (time.perf_counter() - t0))
     return rates
 

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
 from serve_bench import DEFAULT_RESULTS_DIR, ServerProcess, default_model, free_port, long_text
 
 SYSTEM = "You are a careful assistant. Answer from the document only."
@@ -43,17 +42,27 @@ FIRST_ANSWER = "The document is a long list of loosely connected sentences about
 
 
 def conversation(doc_words: int) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    first = [{"role": "system", "content": SYSTEM},
-             {"role": "user", "content": "Document:\n" + long_text(doc_words) + "\n\nWhat is this document?"}]
-    second = first + [{"role": "assistant", "content": FIRST_ANSWER},
-                      {"role": "user", "content": "Name one word that appears in it."}]
+    first = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Document:\n" + long_text(doc_words) + "\n\nWhat is this document?"},
+    ]
+    second = first + [
+        {"role": "assistant", "content": FIRST_ANSWER},
+        {"role": "user", "content": "Name one word that appears in it."},
+    ]
     return first, second
 
 
 def ttft(url: str, messages: list[dict[str, str]], cache_prompt: bool = True) -> tuple[float, int]:
     """Seconds to the first generated text, and the prompt tokens the server reused."""
-    body = {"messages": messages, "max_tokens": 8, "temperature": 0, "stream": True,
-            "cache_prompt": cache_prompt, "timings_per_token": True}
+    body = {
+        "messages": messages,
+        "max_tokens": 8,
+        "temperature": 0,
+        "stream": True,
+        "cache_prompt": cache_prompt,
+        "timings_per_token": True,
+    }
     t0 = time.perf_counter()
     first: float | None = None
     cache_n = -1
@@ -97,8 +106,9 @@ class Server:
         self.proc.stop(timeout=60)
 
 
-def bench(name: str, template: str, model: str, persist: bool, repeats: int, doc_words: int,
-          log_dir: Path) -> dict[str, Any]:
+def bench(
+    name: str, template: str, model: str, persist: bool, repeats: int, doc_words: int, log_dir: Path
+) -> dict[str, Any]:
     first, second = conversation(doc_words)
     runs: dict[str, list[float]] = {"no_cache": [], "cached": [], "after_restart": []}
     if not persist:
@@ -131,16 +141,24 @@ def bench(name: str, template: str, model: str, persist: bool, repeats: int, doc
                     t, n = ttft(srv.url, second)
                     runs["after_restart_manual"].append(t)
                     cache_seen["after_restart_manual"].append(n)
-    return {"name": name, "ttft_s": {k: statistics.median(v) for k, v in runs.items()},
-            "runs": runs, "cache_n": cache_seen}
+    return {
+        "name": name,
+        "ttft_s": {k: statistics.median(v) for k, v in runs.items()},
+        "runs": runs,
+        "cache_n": cache_seen,
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", action="append", required=True)
     ap.add_argument("--server", action="append", required=True)
-    ap.add_argument("--persist", action="append", default=[],
-                    help="the --name of a server that supports --cache-persist (others get the manual path)")
+    ap.add_argument(
+        "--persist",
+        action="append",
+        default=[],
+        help="the --name of a server that supports --cache-persist (others get the manual path)",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--doc-words", type=int, default=1750, help="about 2,000 tokens with SmolLM2's tokenizer")
     ap.add_argument("--model", default=None)
@@ -148,8 +166,10 @@ def main() -> int:
     model = args.model or str(default_model())
     persist_flags = [name in args.persist for name in args.name]
     DEFAULT_RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    results = [bench(n, s, model, p, args.repeats, args.doc_words, DEFAULT_RESULTS_DIR)
-               for n, s, p in zip(args.name, args.server, persist_flags)]
+    results = [
+        bench(n, s, model, p, args.repeats, args.doc_words, DEFAULT_RESULTS_DIR)
+        for n, s, p in zip(args.name, args.server, persist_flags)
+    ]
     keys = ["no_cache", "cached", "after_restart", "after_restart_manual", "restore_ms"]
     print("| server | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")

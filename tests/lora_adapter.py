@@ -30,17 +30,28 @@ import gguf
 import numpy as np
 
 DEFAULT_TARGETS: tuple[str, ...] = (
-    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
 )
 
 
 # Byte sizes of GGUF scalar metadata types (gguf.GGUFValueType values).
 _SCALAR_SIZES: dict[int, int] = {
-    gguf.GGUFValueType.UINT8: 1, gguf.GGUFValueType.INT8: 1,
-    gguf.GGUFValueType.UINT16: 2, gguf.GGUFValueType.INT16: 2,
-    gguf.GGUFValueType.UINT32: 4, gguf.GGUFValueType.INT32: 4,
-    gguf.GGUFValueType.FLOAT32: 4, gguf.GGUFValueType.BOOL: 1,
-    gguf.GGUFValueType.UINT64: 8, gguf.GGUFValueType.INT64: 8,
+    gguf.GGUFValueType.UINT8: 1,
+    gguf.GGUFValueType.INT8: 1,
+    gguf.GGUFValueType.UINT16: 2,
+    gguf.GGUFValueType.INT16: 2,
+    gguf.GGUFValueType.UINT32: 4,
+    gguf.GGUFValueType.INT32: 4,
+    gguf.GGUFValueType.FLOAT32: 4,
+    gguf.GGUFValueType.BOOL: 1,
+    gguf.GGUFValueType.UINT64: 8,
+    gguf.GGUFValueType.INT64: 8,
     gguf.GGUFValueType.FLOAT64: 8,
 }
 
@@ -80,7 +91,7 @@ def _scan_header(model_path: str, head: mmap.mmap) -> tuple[str, dict[str, tuple
         nonlocal pos
         n = u64()
         pos += n
-        return head[pos - n:pos].decode("utf-8", errors="replace")
+        return head[pos - n : pos].decode("utf-8", errors="replace")
 
     def skip_value(vtype: int) -> None:
         nonlocal pos
@@ -148,8 +159,7 @@ def write_random_lora(
         raise ValueError("targets must not be empty")
     # ggml shape of each base tensor: (ne0, ne1) = (n_in, n_out) for a matmul weight.
     arch, shapes = read_base_header(model_path)
-    n_layer = 1 + max(
-        (int(name.split(".")[1]) for name in shapes if name.startswith("blk.")), default=-1)
+    n_layer = 1 + max((int(name.split(".")[1]) for name in shapes if name.startswith("blk.")), default=-1)
 
     rng = np.random.default_rng(seed)
     pairs: list[tuple[str, np.ndarray, np.ndarray]] = []
@@ -164,8 +174,7 @@ def write_random_lora(
                 raise ValueError(f"{name} has ggml shape {shape}, not a 2-D matmul weight")
             n_in, n_out = shape
             a = rng.standard_normal((rank, n_in), dtype=np.float32) / np.float32(np.sqrt(n_in))
-            b = rng.standard_normal((n_out, rank), dtype=np.float32) * np.float32(
-                scale_init / np.sqrt(rank))
+            b = rng.standard_normal((n_out, rank), dtype=np.float32) * np.float32(scale_init / np.sqrt(rank))
             pairs.append((name, a, b))
             found.add(target)
     missing = [t for t in targets if t not in found]
@@ -176,8 +185,7 @@ def write_random_lora(
     try:
         writer.add_type(gguf.GGUFType.ADAPTER)  # general.type = "adapter"
         writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-        writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA,
-                           float(rank) if alpha is None else float(alpha))
+        writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank) if alpha is None else float(alpha))
         for name, a, b in pairs:
             writer.add_tensor(f"{name}.lora_a", a)
             writer.add_tensor(f"{name}.lora_b", b)

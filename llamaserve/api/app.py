@@ -17,11 +17,11 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from llamaserve.errors import APIError, validation_message
 from llamaserve.api.metrics import LlamaCollector, render_metrics
 from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware, IdleMiddleware
 from llamaserve.api.sse import ClientGone, data_event, sse_response, until_disconnect
 from llamaserve.engine.types import Finished, TextDelta
+from llamaserve.errors import APIError, validation_message
 from llamaserve.protocol.embedding import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
 from llamaserve.protocol.native import (
     ApplyTemplateRequest,
@@ -88,9 +88,13 @@ async def _chain(first: Tagged, rest: AsyncIterator[Tagged]) -> AsyncIterator[Ta
         yield event
 
 
-async def stream_events(request: Request, events: AsyncIterator[Tagged],
-                        frame: Callable[[AsyncIterator[Tagged]], AsyncIterator[bytes]],
-                        *, error_frame: Callable[[APIError], bytes] | None = None) -> Response:
+async def stream_events(
+    request: Request,
+    events: AsyncIterator[Tagged],
+    frame: Callable[[AsyncIterator[Tagged]], AsyncIterator[bytes]],
+    *,
+    error_frame: Callable[[APIError], bytes] | None = None,
+) -> Response:
     """An SSE response whose status is decided by the first event.
 
     Waiting for the first event means a request that cannot start (prompt
@@ -125,8 +129,11 @@ async def _recording(request: Request, events: AsyncIterator[Tagged]) -> AsyncIt
 
 def _with_usage(request: Request, body: dict[str, Any]) -> Response:
     usage = body.get("usage") or {}
-    request.state.tokens = (usage.get("prompt_tokens", 0), (usage.get("prompt_tokens_details") or {}).get(
-        "cached_tokens", 0), usage.get("completion_tokens", 0))
+    request.state.tokens = (
+        usage.get("prompt_tokens", 0),
+        (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+        usage.get("completion_tokens", 0),
+    )
     return JSONUTF8Response(body)
 
 
@@ -142,9 +149,13 @@ def create_app(state: ServerState) -> FastAPI:
         app.add_middleware(IdleMiddleware, sleeper=IdleSleeper(state, config.sleep_idle_seconds))
     app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
     credentials = config.cors_credentials if config.cors_credentials is not None else "*" not in config.cors_origins
-    app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
-                       allow_credentials=credentials and "*" not in config.cors_origins,
-                       allow_methods=["GET", "POST", "DELETE", "OPTIONS"], allow_headers=["*"])
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=list(config.cors_origins),
+        allow_credentials=credentials and "*" not in config.cors_origins,
+        allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+        allow_headers=["*"],
+    )
     app.add_middleware(AccessLogMiddleware)
     collector = LlamaCollector(state)
 
@@ -164,14 +175,16 @@ def create_app(state: ServerState) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONUTF8Response(APIError(str(exc.detail), kind, status=exc.status_code).openai_body(),
-                                status_code=exc.status_code)
+        return JSONUTF8Response(
+            APIError(str(exc.detail), kind, status=exc.status_code).openai_body(), status_code=exc.status_code
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path)
-        return JSONUTF8Response(APIError(f"internal error: {type(exc).__name__}", "server_error").openai_body(),
-                                status_code=500)
+        return JSONUTF8Response(
+            APIError(f"internal error: {type(exc).__name__}", "server_error").openai_body(), status_code=500
+        )
 
     # ------------------------------------------------------------- health
     @app.get("/health")
@@ -195,18 +208,20 @@ def create_app(state: ServerState) -> FastAPI:
     async def set_props() -> Response:
         runtime()
         if not state.config.endpoint_props:
-            raise APIError("This server does not support changing global properties. Start it with `--props`",
-                           "not_supported_error")
+            raise APIError(
+                "This server does not support changing global properties. Start it with `--props`",
+                "not_supported_error",
+            )
         return JSONUTF8Response({"success": True})
 
     @app.get("/slots")
     async def get_slots(request: Request) -> Response:
         rt = runtime()
         if not state.config.endpoint_slots:
-            raise APIError("This server does not support slots endpoint. Start it with `--slots`",
-                           "not_supported_error")
-        if request.query_params.get("fail_on_no_slot") in ("1", "true") and \
-                all(s.busy for s in rt.scheduler.slots):
+            raise APIError(
+                "This server does not support slots endpoint. Start it with `--slots`", "not_supported_error"
+            )
+        if request.query_params.get("fail_on_no_slot") in ("1", "true") and all(s.busy for s in rt.scheduler.slots):
             raise APIError("no slot available", "unavailable_error")
         return JSONUTF8Response(info.slots(rt))
 
@@ -215,10 +230,14 @@ def create_app(state: ServerState) -> FastAPI:
         if state.asleep is None:
             runtime()
         if not config.endpoint_metrics:
-            raise APIError("This server does not support metrics endpoint. Start it with `--metrics`",
-                           "not_supported_error")
-        return Response(render_metrics(state, collector), media_type="text/plain; version=0.0.4",
-                        headers={"Process-Start-Time-Unix": str(int(state.started))})
+            raise APIError(
+                "This server does not support metrics endpoint. Start it with `--metrics`", "not_supported_error"
+            )
+        return Response(
+            render_metrics(state, collector),
+            media_type="text/plain; version=0.0.4",
+            headers={"Process-Start-Time-Unix": str(int(state.started))},
+        )
 
     # ------------------------------------------------------------- tokens
     @app.post("/tokenize")
@@ -287,8 +306,7 @@ def create_app(state: ServerState) -> FastAPI:
         job, prompt = await completion.infill_request(rt, req)
         if req.stream:
             events = generate.stream(rt.engine, [job])
-            return await stream_events(
-                request, events, lambda ev: completion.native_stream(rt, req, job, prompt, ev))
+            return await stream_events(request, events, lambda ev: completion.native_stream(rt, req, job, prompt, ev))
         body = await until_disconnect(request, completion.native_complete(rt, req, [(job, prompt)]))
         return JSONUTF8Response(body)
 
@@ -303,8 +321,7 @@ def create_app(state: ServerState) -> FastAPI:
                 raise APIError("streaming supports a single prompt")
             job, prompt = jobs[0]
             events = generate.stream(rt.engine, [job])
-            return await stream_events(
-                request, events, lambda ev: completion.native_stream(rt, req, job, prompt, ev))
+            return await stream_events(request, events, lambda ev: completion.native_stream(rt, req, job, prompt, ev))
         body = await until_disconnect(request, completion.native_complete(rt, req, jobs))
         first = body if isinstance(body, dict) else body[0]
         request.state.tokens = (first["tokens_evaluated"], first["timings"]["cache_n"], first["tokens_predicted"])
@@ -334,6 +351,7 @@ def create_app(state: ServerState) -> FastAPI:
         return _with_usage(request, await until_disconnect(request, chat.chat_complete(rt, jobs)))
 
     from llamaserve.api.routes_extra import extra_routes  # imported here: it imports this module
+
     app.include_router(extra_routes(state, runtime))
     from llamaserve.api.routes_cache import cache_routes
 

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, ClassVar
 
 from llamaserve.errors import APIError
 from llamaserve.serving.sleep import IdleSleeper
@@ -74,22 +74,31 @@ class APIKeyMiddleware:
             await self.app(scope, receive, send)
             return
         if path.startswith("/v1/messages"):
-            body: dict[str, Any] = {"type": "error", "error": {"type": "authentication_error",
-                                                               "message": "Invalid API Key"}}
+            body: dict[str, Any] = {
+                "type": "error",
+                "error": {"type": "authentication_error", "message": "Invalid API Key"},
+            }
         else:
             body = {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
         payload = json.dumps(body).encode()
-        await send({"type": "http.response.start", "status": 401, "headers": [
-            (b"content-type", b"application/json; charset=utf-8"),
-            (b"content-length", str(len(payload)).encode()),
-            (b"www-authenticate", b"Bearer")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json; charset=utf-8"),
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"www-authenticate", b"Bearer"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})
 
 
 class AccessLogMiddleware:
     """Logs method, path, status, duration and, when a route recorded them, token counts."""
 
-    QUIET = {"/health", "/v1/health", "/metrics", "/slots"}
+    QUIET: ClassVar[set[str]] = {"/health", "/v1/health", "/metrics", "/slots"}
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -124,8 +133,15 @@ class AccessLogMiddleware:
         client = scope.get("client") or ("-", 0)
         tokens = state.get("tokens")
         extra = f" prompt={tokens[0]} cached={tokens[1]} predicted={tokens[2]}" if tokens else ""
-        access_log.info("%s %s %s %d %.1fms%s", client[0], scope.get("method"), path, status,
-                        (time.perf_counter() - start) * 1000.0, extra)
+        access_log.info(
+            "%s %s %s %d %.1fms%s",
+            client[0],
+            scope.get("method"),
+            path,
+            status,
+            (time.perf_counter() - start) * 1000.0,
+            extra,
+        )
 
 
 class IdleMiddleware:
@@ -143,9 +159,14 @@ class IdleMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.sleeper.start()  # the lifespan call at startup gets here first
-        if scope["type"] != "http" or scope.get("method") == "OPTIONS" or (
-                scope.get("method") in ("GET", "HEAD") and
-                (scope.get("path", "") in IDLE_EXEMPT_PATHS or scope.get("path", "").startswith(PUBLIC_PREFIXES))):
+        if (
+            scope["type"] != "http"
+            or scope.get("method") == "OPTIONS"
+            or (
+                scope.get("method") in ("GET", "HEAD")
+                and (scope.get("path", "") in IDLE_EXEMPT_PATHS or scope.get("path", "").startswith(PUBLIC_PREFIXES))
+            )
+        ):
             await self.app(scope, receive, send)
             return
         self.sleeper.begin()
@@ -155,9 +176,16 @@ class IdleMiddleware:
             except APIError as exc:  # the reload failed: this task cannot run
                 anthropic = scope.get("path", "").startswith("/v1/messages")
                 payload = json.dumps(exc.anthropic_body() if anthropic else exc.openai_body()).encode()
-                await send({"type": "http.response.start", "status": exc.status, "headers": [
-                    (b"content-type", b"application/json; charset=utf-8"),
-                    (b"content-length", str(len(payload)).encode())]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": exc.status,
+                        "headers": [
+                            (b"content-type", b"application/json; charset=utf-8"),
+                            (b"content-length", str(len(payload)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": payload})
                 return
             await self.app(scope, receive, send)

@@ -38,8 +38,9 @@ def cache_routes(state: ServerState, runtime_fn: Callable[[], ModelRuntime]) -> 
     async def slot_action(id_slot: str, request: Request) -> Response:
         rt = runtime_fn()
         if not state.config.endpoint_slots:
-            raise APIError("This server does not support slots endpoint. Start it with `--slots`",
-                           "not_supported_error")
+            raise APIError(
+                "This server does not support slots endpoint. Start it with `--slots`", "not_supported_error"
+            )
         action = request.query_params.get("action", "")
         if action not in SLOT_ACTIONS:
             raise APIError(f"Invalid action '{action}': use save, restore or erase")
@@ -51,8 +52,9 @@ def cache_routes(state: ServerState, runtime_fn: Callable[[], ModelRuntime]) -> 
             raise APIError(f"Invalid slot id {slot_id}: the server has {len(rt.scheduler.slots)} slots")
         files = rt.slot_files
         if files is None:
-            raise APIError("This server does not support slot actions. Start it with `--slot-save-path`",
-                           "not_supported_error")
+            raise APIError(
+                "This server does not support slot actions. Start it with `--slot-save-path`", "not_supported_error"
+            )
         body = await _json_body(request)
         filename = body.get("filename") if isinstance(body, dict) else None
         try:

@@ -25,16 +25,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from llamaserve.api.app import JSONUTF8Response, read_json, stream_events
-from llamaserve.errors import APIError
 from llamaserve.api.sse import ClientGone, until_disconnect
+from llamaserve.errors import APIError
 from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
 from llamaserve.protocol.responses import ResponsesRequest
-from llamaserve.serving import chat, generate
+from llamaserve.serving import chat, generate, response_state
 from llamaserve.serving import messages as msgs
-from llamaserve.serving import response_state
 from llamaserve.serving import responses as resp
-from llamaserve.serving.responses_input import to_chat_request
 from llamaserve.serving.response_store import ResponseStore, db_path
+from llamaserve.serving.responses_input import to_chat_request
 from llamaserve.serving.runtime import ModelRuntime, ServerState
 
 log = logging.getLogger("llamaserve.http")
@@ -53,7 +52,7 @@ def anthropic_errors(handler: Handler) -> Handler:
             return JSONUTF8Response(exc.anthropic_body(), status_code=exc.status)
         except ClientGone:
             raise
-        except Exception as exc:  # noqa: BLE001 -- the client still gets its envelope
+        except Exception as exc:
             log.exception("unhandled error on %s", request.url.path)
             error = APIError(f"internal error: {type(exc).__name__}", "server_error")
             return JSONUTF8Response(error.anthropic_body(), status_code=500)
@@ -82,8 +81,9 @@ def extra_routes(state: ServerState, runtime_fn: Callable[[], ModelRuntime]) -> 
         tap = msgs.FinishTap(rt.engine)
         if req.stream:
             events = generate.stream(rt.engine, jobs)
-            return await stream_events(request, events, lambda ev: msgs.message_stream(rt, req, jobs, tap, ev),
-                                       error_frame=msgs.error_event)
+            return await stream_events(
+                request, events, lambda ev: msgs.message_stream(rt, req, jobs, tap, ev), error_frame=msgs.error_event
+            )
         body = await until_disconnect(request, msgs.create_message(rt, req, jobs, tap))
         fin = tap.finished.get(0)
         if fin is not None:
@@ -111,12 +111,14 @@ def extra_routes(state: ServerState, runtime_fn: Callable[[], ModelRuntime]) -> 
 
         if req.stream:
             events = generate.stream(rt.engine, jobs)
-            return await stream_events(request, events,
-                                       lambda ev: resp.response_stream(rt, req, jobs, ev, on_final=keep))
+            return await stream_events(
+                request, events, lambda ev: resp.response_stream(rt, req, jobs, ev, on_final=keep)
+            )
         body = await keep(await until_disconnect(request, resp.create_response(rt, req, jobs)))
         usage = body["usage"]
-        _note_tokens(request, usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"],
-                     usage["output_tokens"])
+        _note_tokens(
+            request, usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"], usage["output_tokens"]
+        )
         return JSONUTF8Response(body)
 
     @router.post("/v1/responses/input_tokens")

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import TextIO
+from typing import ClassVar, TextIO
 
 import uvicorn
 
@@ -39,7 +39,11 @@ _LEVELS = {0: logging.CRITICAL, 1: logging.ERROR, 2: logging.WARNING, 3: logging
 
 
 class _ColorFormatter(logging.Formatter):
-    COLORS = {logging.ERROR: "\033[31m", logging.WARNING: "\033[33m", logging.DEBUG: "\033[90m"}
+    COLORS: ClassVar[dict[int, str]] = {
+        logging.ERROR: "\033[31m",
+        logging.WARNING: "\033[33m",
+        logging.DEBUG: "\033[90m",
+    }
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
@@ -95,11 +99,18 @@ def serve(config: ServerConfig) -> int:
     # including the closing message a shutdown drain sends.
     drain = DrainMiddleware(create_app(state))
     app = TimeoutMiddleware(drain, config.timeout)
-    uv_config = uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
-                               access_log=False, timeout_keep_alive=max(5, min(config.timeout, 600)),
-                               http=read_timeout_protocol(config.timeout) or "auto",
-                               timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S + _UVICORN_BACKSTOP_S,
-                               ssl_keyfile=config.ssl_key_file, ssl_certfile=config.ssl_cert_file)
+    uv_config = uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=max(5, min(config.timeout, 600)),
+        http=read_timeout_protocol(config.timeout) or "auto",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S + _UVICORN_BACKSTOP_S,
+        ssl_keyfile=config.ssl_key_file,
+        ssl_certfile=config.ssl_cert_file,
+    )
     server = uvicorn.Server(uv_config)
     exit_code = 0
 
@@ -145,8 +156,7 @@ def serve(config: ServerConfig) -> int:
             while not server.should_exit:
                 await asyncio.sleep(0.1)
             if drain.inflight:
-                log.info("shutting down: %d request(s) in flight get up to %d s", drain.inflight,
-                         GRACEFUL_SHUTDOWN_S)
+                log.info("shutting down: %d request(s) in flight get up to %d s", drain.inflight, GRACEFUL_SHUTDOWN_S)
             await drain.drain(GRACEFUL_SHUTDOWN_S)
 
         watcher = asyncio.create_task(drain_on_shutdown())

@@ -95,10 +95,17 @@ class DrainMiddleware:
                 err = APIError("the server is shutting down", "unavailable_error")
                 anthropic = str(scope.get("path", "")).startswith("/v1/messages")
                 payload = json.dumps(err.anthropic_body() if anthropic else err.openai_body()).encode()
-                await send({"type": "http.response.start", "status": err.status, "headers": [
-                    (b"content-type", b"application/json; charset=utf-8"),
-                    (b"content-length", str(len(payload)).encode()),
-                    (b"connection", b"close")]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": err.status,
+                        "headers": [
+                            (b"content-type", b"application/json; charset=utf-8"),
+                            (b"content-length", str(len(payload)).encode()),
+                            (b"connection", b"close"),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": payload})
         except (TimeoutError, OSError, RuntimeError):
             pass  # the client is gone or the answer cannot be finished: uvicorn closes the connection

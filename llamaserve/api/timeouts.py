@@ -91,24 +91,36 @@ class TimeoutMiddleware:
             if stalled is None:
                 raise
             client = scope.get("client") or ("?", 0)
-            log.warning("%s %s from %s: %s timed out after %g s; closing the connection", scope.get("method"),
-                        scope.get("path"), client[0], stalled, self.timeout)
+            log.warning(
+                "%s %s from %s: %s timed out after %g s; closing the connection",
+                scope.get("method"),
+                scope.get("path"),
+                client[0],
+                stalled,
+                self.timeout,
+            )
             if stalled == "read" and not started:
                 await self._answer_408(scope, send)
             # After a write stall the response cannot be finished: returning makes
             # uvicorn close the connection.
 
     async def _answer_408(self, scope: Scope, send: Send) -> None:
-        err = APIError(f"request timed out: the body did not arrive within {self.timeout:g} s "
-                       "(--timeout)", status=408)
+        err = APIError(f"request timed out: the body did not arrive within {self.timeout:g} s (--timeout)", status=408)
         anthropic = str(scope.get("path", "")).startswith("/v1/messages")
         payload = json.dumps(err.anthropic_body() if anthropic else err.openai_body()).encode()
         try:
             async with asyncio.timeout(self.timeout):
-                await send({"type": "http.response.start", "status": 408, "headers": [
-                    (b"content-type", b"application/json; charset=utf-8"),
-                    (b"content-length", str(len(payload)).encode()),
-                    (b"connection", b"close")]})  # the rest of the body is still owed: never reuse
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 408,
+                        "headers": [
+                            (b"content-type", b"application/json; charset=utf-8"),
+                            (b"content-length", str(len(payload)).encode()),
+                            (b"connection", b"close"),
+                        ],
+                    }
+                )  # the rest of the body is still owed: never reuse
                 await send({"type": "http.response.body", "body": payload})
         except (TimeoutError, OSError):
             pass
@@ -164,8 +176,7 @@ def read_timeout_protocol(timeout: float) -> type[asyncio.Protocol] | None:
                 self._arm()
                 return
             if self._partial:
-                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n"
-                                     b"connection: close\r\n\r\n")
+                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
             self.transport.close()
 
     return ReadTimeoutProtocol

@@ -87,9 +87,9 @@ class Grammar:
         with _recursion_limit(20000):
             return len(text) in self._rule_ends(start, text, 0, memo, active)
 
-    def _rule_ends(self, name: str, text: str, pos: int,
-                   memo: dict[tuple[str, int], frozenset[int]],
-                   active: set[tuple[str, int]]) -> frozenset[int]:
+    def _rule_ends(
+        self, name: str, text: str, pos: int, memo: dict[tuple[str, int], frozenset[int]], active: set[tuple[str, int]]
+    ) -> frozenset[int]:
         key = (name, pos)
         if key in memo:
             return memo[key]
@@ -103,9 +103,14 @@ class Grammar:
         memo[key] = ends
         return ends
 
-    def _alts_ends(self, alts: tuple[tuple[Node, ...], ...], text: str, pos: int,
-                   memo: dict[tuple[str, int], frozenset[int]],
-                   active: set[tuple[str, int]]) -> frozenset[int]:
+    def _alts_ends(
+        self,
+        alts: tuple[tuple[Node, ...], ...],
+        text: str,
+        pos: int,
+        memo: dict[tuple[str, int], frozenset[int]],
+        active: set[tuple[str, int]],
+    ) -> frozenset[int]:
         out: set[int] = set()
         for seq in alts:
             current = {pos}
@@ -119,9 +124,9 @@ class Grammar:
             out |= current
         return frozenset(out)
 
-    def _node_ends(self, node: Node, text: str, pos: int,
-                   memo: dict[tuple[str, int], frozenset[int]],
-                   active: set[tuple[str, int]]) -> frozenset[int]:
+    def _node_ends(
+        self, node: Node, text: str, pos: int, memo: dict[tuple[str, int], frozenset[int]], active: set[tuple[str, int]]
+    ) -> frozenset[int]:
         if isinstance(node, Chars):
             ok = pos < len(text) and node.accepts(ord(text[pos]))
             return frozenset({pos + 1}) if ok else frozenset()
@@ -156,8 +161,7 @@ class Grammar:
 
     def llama_rule_count(self) -> int:
         """Rules llama.cpp's parser creates: one per rule, per group, and per repetition step."""
-        return sum(1 + sum(_generated(n) for seq in alts for n in seq)
-                   for alts in self.rules.values())
+        return sum(1 + sum(_generated(n) for seq in alts for n in seq) for alts in self.rules.values())
 
     def check_llama_limits(self) -> None:
         """Raise GrammarError where llama.cpp's parser would refuse (or silently alter) a
@@ -185,9 +189,7 @@ def _check_node(rule: str, node: Node) -> None:
                 _check_node(rule, n)
     elif isinstance(node, Repeat):
         _check_node(rule, node.item)
-        if node.lo > LLAMA_MAX_REPETITION or (
-            node.hi is not None and node.hi > LLAMA_MAX_REPETITION
-        ):
+        if node.lo > LLAMA_MAX_REPETITION or (node.hi is not None and node.hi > LLAMA_MAX_REPETITION):
             raise GrammarError(f"rule {rule!r}: repetition count above {LLAMA_MAX_REPETITION}")
         inner = _generated(node.item) if isinstance(node.item, Group) else 1
         total = node.hi if node.hi else node.lo if node.lo else 1
@@ -218,7 +220,7 @@ class _Parser:
 
     def fail(self, message: str) -> GrammarError:
         line = self.src.count("\n", 0, self.pos) + 1
-        return GrammarError(f"line {line}: {message} at {self.src[self.pos:self.pos + 20]!r}")
+        return GrammarError(f"line {line}: {message} at {self.src[self.pos : self.pos + 20]!r}")
 
     def peek(self) -> str:
         return self.src[self.pos] if self.pos < len(self.src) else ""
@@ -240,7 +242,7 @@ class _Parser:
             self.pos += 1
         if self.pos == start:
             raise self.fail("expected a rule name")
-        return self.src[start:self.pos]
+        return self.src[start : self.pos]
 
     def grammar(self) -> Grammar:
         g = Grammar()
@@ -336,17 +338,17 @@ class _Parser:
             self.pos += 1
         if start == self.pos:
             raise self.fail("expected an integer")
-        return int(self.src[start:self.pos])
+        return int(self.src[start : self.pos])
 
     def char(self) -> int:
         c = self.peek()
         if c != "\\":
             self.pos += 1
             return ord(c)
-        esc = self.src[self.pos + 1: self.pos + 2]
+        esc = self.src[self.pos + 1 : self.pos + 2]
         widths = {"x": 2, "u": 4, "U": 8}
         if esc in widths:
-            digits = self.src[self.pos + 2: self.pos + 2 + widths[esc]]
+            digits = self.src[self.pos + 2 : self.pos + 2 + widths[esc]]
             try:
                 value = int(digits, 16)
             except ValueError:
@@ -372,7 +374,7 @@ class _Parser:
                 raise self.fail("unterminated character class")
             lo = self.char()
             hi = lo
-            if self.peek() == "-" and self.src[self.pos + 1: self.pos + 2] not in ("]", ""):
+            if self.peek() == "-" and self.src[self.pos + 1 : self.pos + 2] not in ("]", ""):
                 self.pos += 1
                 hi = self.char()
             ranges.append((lo, hi))

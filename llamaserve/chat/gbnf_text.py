@@ -8,7 +8,6 @@ import re
 from collections.abc import Iterable
 from typing import Any, Final, TypeAlias
 
-
 # --------------------------------------------------------------------------------------------
 # GBNF text helpers.
 
@@ -151,7 +150,7 @@ def _strip_group(expr: str) -> str:
     i = 0
     while i < len(expr):
         c = expr[i]
-        if c in "\"[":
+        if c in '"[':
             close = '"' if c == '"' else "]"
             i += 1
             while expr[i] != close:
@@ -172,8 +171,7 @@ def _json_value_gbnf(value: Any, ws: str) -> str:
         if not value:
             return f'"{{" {ws} "}}"'
         members = [
-            f"{_gbnf_literal(json.dumps(k, ensure_ascii=False))} {ws} \":\" {ws} "
-            f"{_json_value_gbnf(v, ws)} {ws}"
+            f'{_gbnf_literal(json.dumps(k, ensure_ascii=False))} {ws} ":" {ws} {_json_value_gbnf(v, ws)} {ws}'
             for k, v in value.items()
         ]
         return f'"{{" {ws} ' + f' "," {ws} '.join(members) + ' "}"'
@@ -199,9 +197,7 @@ def _is_symbol(expr: str) -> bool:
     llama.cpp multiplies a repeated group's inner rule count by the repetition count and refuses
     the grammar at 2000, so anything repeated is first made a single symbol.
     """
-    return bool(
-        _RULE_NAME_RE.fullmatch(expr) or _LITERAL_RE.fullmatch(expr) or _CLASS_RE.fullmatch(expr)
-    )
+    return bool(_RULE_NAME_RE.fullmatch(expr) or _LITERAL_RE.fullmatch(expr) or _CLASS_RE.fullmatch(expr))
 
 
 def _seq(*parts: str) -> str:
@@ -214,7 +210,7 @@ def _group(expr: str) -> str:
     i = 0
     while i < len(expr):
         c = expr[i]
-        if c in "\"[":
+        if c in '"[':
             close = '"' if c == '"' else "]"
             i += 1
             while expr[i] != close:
@@ -240,7 +236,7 @@ def _llama_cost(body: str) -> int:
     i, n = 0, len(body)
     while i < n:
         c = body[i]
-        if c in "\"[":
+        if c in '"[':
             close = '"' if c == '"' else "]"
             i += 1
             while i < n and body[i] != close:
@@ -263,8 +259,10 @@ def _llama_cost(body: str) -> int:
 _BUILTINS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     # One optional whitespace slot: nothing, a space, or one newline plus bounded indentation.
     "ws": (r'| " " | "\n" [ \t]{0,20}', ()),
-    "value": ("object | array | string | number | boolean | null", (
-        "object", "array", "string", "number", "boolean", "null")),
+    "value": (
+        "object | array | string | number | boolean | null",
+        ("object", "array", "string", "number", "boolean", "null"),
+    ),
     "object": (r'"{" ws (member ("," ws member)*)? "}" ws', ("ws", "member")),
     "member": (r'string ":" ws value', ("string", "ws", "value")),
     "array": (r'"[" ws (value ("," ws value)*)? "]" ws', ("ws", "value")),

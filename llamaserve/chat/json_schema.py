@@ -100,16 +100,6 @@ from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
-from llamaserve.chat.schema_common import (
-    SchemaError,
-    _DIRECT_REPEAT,
-    _IMPLICIT_EXTRA_KEYS_MAX_CHARS,
-    _MAX_DEPTH,
-    _Unsatisfiable,
-    _err,
-    _ptr,
-    _unsat,
-)
 from llamaserve.chat.gbnf_text import (
     _BUILTINS,
     _JSON_SPECIAL,
@@ -129,22 +119,31 @@ from llamaserve.chat.gbnf_text import (
     _seq,
     _strip_group,
 )
+from llamaserve.chat.schema_common import (
+    _DIRECT_REPEAT,
+    _IMPLICIT_EXTRA_KEYS_MAX_CHARS,
+    _MAX_DEPTH,
+    SchemaError,
+    _err,
+    _ptr,
+    _unsat,
+    _Unsatisfiable,
+)
+from llamaserve.chat.schema_numbers import _SIGNIFICANT_DIGITS, _int_range_alts, _number_range_alts
 from llamaserve.chat.schema_regex import (
     _FORMATS,
     _RAlt,
-    _RNode,
-    _RRep,
-    _RSeq,
-    _RSet,
-    _RegexParser,
     _re_branches,
     _re_fit_length,
     _re_len,
     _re_nonempty,
     _re_nullable,
+    _RegexParser,
+    _RNode,
+    _RRep,
+    _RSeq,
+    _RSet,
 )
-from llamaserve.chat.schema_numbers import _SIGNIFICANT_DIGITS, _int_range_alts, _number_range_alts
-
 
 __all__ = [
     "JSON_OBJECT_GRAMMAR",
@@ -188,25 +187,65 @@ def _json_eq(a: Any, b: Any) -> bool:
 # --------------------------------------------------------------------------------------------
 # Keywords.
 
-_IGNORED: Final = frozenset({
-    "title", "description", "examples", "default", "$schema", "$id", "$anchor", "$comment",
-    "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "$defs", "definitions", "deprecated",
-    "readOnly", "writeOnly", "contentEncoding", "contentMediaType", "contentSchema",
-})
-_SUPPORTED: Final = frozenset({
-    "type", "enum", "const", "properties", "required", "additionalProperties", "minProperties",
-    "maxProperties", "items", "prefixItems", "minItems", "maxItems", "uniqueItems", "minLength",
-    "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
-})
+_IGNORED: Final = frozenset(
+    {
+        "title",
+        "description",
+        "examples",
+        "default",
+        "$schema",
+        "$id",
+        "$anchor",
+        "$comment",
+        "$dynamicAnchor",
+        "$recursiveAnchor",
+        "$vocabulary",
+        "$defs",
+        "definitions",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "contentEncoding",
+        "contentMediaType",
+        "contentSchema",
+    }
+)
+_SUPPORTED: Final = frozenset(
+    {
+        "type",
+        "enum",
+        "const",
+        "properties",
+        "required",
+        "additionalProperties",
+        "minProperties",
+        "maxProperties",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "$ref",
+    }
+)
 _TYPES: Final = ("null", "boolean", "object", "array", "string", "number", "integer")
 _FAMILIES: Final[dict[str, frozenset[str]]] = {
-    "object": frozenset({"properties", "required", "additionalProperties", "minProperties",
-                         "maxProperties"}),
+    "object": frozenset({"properties", "required", "additionalProperties", "minProperties", "maxProperties"}),
     "array": frozenset({"items", "prefixItems", "minItems", "maxItems", "uniqueItems"}),
     "string": frozenset({"minLength", "maxLength", "pattern"}),
-    "number": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                         "multipleOf"}),
+    "number": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}),
 }
 _MIN_KEYWORDS: Final = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
 _MAX_KEYWORDS: Final = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
@@ -256,9 +295,7 @@ def _count(schema: Mapping[str, Any], key: str, path: str) -> int | None:
 
 
 class _Converter:
-    def __init__(
-        self, root: Any, *, max_rules: int, max_grammar_bytes: int, deadline_s: float
-    ) -> None:
+    def __init__(self, root: Any, *, max_rules: int, max_grammar_bytes: int, deadline_s: float) -> None:
         self.root = root
         self.max_rules = max_rules
         self.max_bytes = max_grammar_bytes
@@ -368,7 +405,7 @@ class _Converter:
             return base
         key = (base, k)
         if key not in self.block_rules:
-            name = self.fresh(f"{base}-x{10 ** k}")
+            name = self.fresh(f"{base}-x{10**k}")
             self.define(name, f"{self.block(base, k - 1, path)}{{10}}", path)
             self.block_rules[key] = name
         return self.block_rules[key]
@@ -379,7 +416,7 @@ class _Converter:
             return ""
         key = (base, k)
         if key not in self.free_rules:
-            name = self.fresh(f"{base}-lt{10 ** k}")
+            name = self.fresh(f"{base}-lt{10**k}")
             body = _seq(f"{self.block(base, k - 1, path)}{{0,9}}", self.free(base, k - 1, path))
             self.define(name, body, path)
             self.free_rules[key] = name
@@ -501,8 +538,7 @@ class _Converter:
             types = out["type"] if isinstance(out["type"], list) else [out["type"]]
             for i, t in enumerate(types):
                 if t not in _TYPES:
-                    tpath = _ptr(path, "type", i) if isinstance(out["type"], list) else _ptr(
-                        path, "type")
+                    tpath = _ptr(path, "type", i) if isinstance(out["type"], list) else _ptr(path, "type")
                     raise _err(tpath, f"unknown type {t!r}")
             if not types:
                 raise _unsat(_ptr(path, "type"), "empty type list matches nothing")
@@ -533,8 +569,7 @@ class _Converter:
         self.depth += 1
         try:
             if self.depth > _MAX_DEPTH:
-                raise _err(path, f"schema nesting deeper than {_MAX_DEPTH} levels exceeds the "
-                                 "size budget")
+                raise _err(path, f"schema nesting deeper than {_MAX_DEPTH} levels exceeds the size budget")
             return self.body_inner(schema, path, hint)
         finally:
             self.depth -= 1
@@ -545,8 +580,7 @@ class _Converter:
         if schema is False:
             raise _unsat(path, "the schema 'false' matches nothing")
         if not isinstance(schema, dict):
-            raise _err(path, "a schema must be an object or a boolean, not "
-                             f"{type(schema).__name__}")
+            raise _err(path, f"a schema must be an object or a boolean, not {type(schema).__name__}")
         s = self.normalize(schema, path)
         if "$ref" in s:
             if len(s) == 1:
@@ -562,8 +596,7 @@ class _Converter:
         types = self.types(s, path)
         if types is None:
             return self.builtin("value")
-        bodies = [self.typed(t, s, path, hint if len(types) == 1 else f"{hint}-{t}")
-                  for t in types]
+        bodies = [self.typed(t, s, path, hint if len(types) == 1 else f"{hint}-{t}") for t in types]
         if len(bodies) == 1:
             return bodies[0]
         named = (self.rule(f"{hint}-{t}", b, path) for t, b in zip(types, bodies, strict=True))
@@ -572,8 +605,7 @@ class _Converter:
     def ref(self, ref: Any, path: str) -> str:
         target, pointer = self.resolve(ref, path)
         if pointer in self.no_progress:
-            raise _err(path, f"$ref {ref!r} refers back to itself without consuming input "
-                             "(left recursion)")
+            raise _err(path, f"$ref {ref!r} refers back to itself without consuming input (left recursion)")
         if pointer in self.ref_rules:
             return self.ref_rules[pointer]
         name = self.fresh("ref-" + pointer.rsplit("/", 1)[-1])
@@ -628,8 +660,7 @@ class _Converter:
 
     # ---- composition -----------------------------------------------------------------------
 
-    def flatten(self, schema: Any, path: str, depth: int, out: list[tuple[dict[str, Any], str]]
-                ) -> None:
+    def flatten(self, schema: Any, path: str, depth: int, out: list[tuple[dict[str, Any], str]]) -> None:
         """Collect the keyword groups of an allOf tree, inlining $refs and nested allOfs."""
         self.tick(path)
         if depth > _MAX_DEPTH:
@@ -639,8 +670,7 @@ class _Converter:
         if schema is False:
             raise _unsat(path, "the schema 'false' matches nothing")
         if not isinstance(schema, dict):
-            raise _err(path, "a schema must be an object or a boolean, not "
-                             f"{type(schema).__name__}")
+            raise _err(path, f"a schema must be an object or a boolean, not {type(schema).__name__}")
         rest = self.normalize(schema, path)
         subs = rest.pop("allOf", [])
         ref = rest.pop("$ref", None)
@@ -666,11 +696,9 @@ class _Converter:
         if choices:
             # (A|B) & (C|D) = AC | AD | BC | BD: distribute, within the size budget.
             if math.prod(len(c) for c in choices) > self.max_rules:
-                raise _err(path, f"allOf of anyOf/oneOf expands beyond the size budget of "
-                                 f"{self.max_rules} rules")
+                raise _err(path, f"allOf of anyOf/oneOf expands beyond the size budget of {self.max_rules} rules")
             merged["anyOf"] = [
-                combo[0] if len(combo) == 1 else {"allOf": list(combo)}
-                for combo in itertools.product(*choices)
+                combo[0] if len(combo) == 1 else {"allOf": list(combo)} for combo in itertools.product(*choices)
             ]
         return merged
 
@@ -722,8 +750,7 @@ class _Converter:
                     merged[name] = _and(merged[name], sub) if name in merged else sub
                 out[key] = merged
             elif not _json_eq(old, value):
-                raise _err(kpath, f"allOf combines two different {key!r} values, which is not "
-                                  "supported")
+                raise _err(kpath, f"allOf combines two different {key!r} values, which is not supported")
         return out
 
     @staticmethod
@@ -760,9 +787,7 @@ class _Converter:
         ib = b.pop("items", True)
         n = max(len(pa), len(pb))
         if n:
-            a["prefixItems"] = [
-                _and(pa[i] if i < len(pa) else ia, pb[i] if i < len(pb) else ib) for i in range(n)
-            ]
+            a["prefixItems"] = [_and(pa[i] if i < len(pa) else ia, pb[i] if i < len(pb) else ib) for i in range(n)]
         items = _and(ia, ib)
         if items is True:
             a.pop("items", None)
@@ -773,8 +798,9 @@ class _Converter:
         base = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf")}
         options: list[tuple[Any, str]] = []
         if "anyOf" in s and "oneOf" in s:
-            options = [({"allOf": [x, y]}, _ptr(path, "anyOf", i))
-                       for i, x in enumerate(s["anyOf"]) for y in s["oneOf"]]
+            options = [
+                ({"allOf": [x, y]}, _ptr(path, "anyOf", i)) for i, x in enumerate(s["anyOf"]) for y in s["oneOf"]
+            ]
         else:
             key = "anyOf" if "anyOf" in s else "oneOf"
             options = [(x, _ptr(path, key, i)) for i, x in enumerate(s[key])]
@@ -850,8 +876,12 @@ class _Converter:
                 return False
         if _json_type_ok(value, "number"):
             v = _decimal(value, path)
-            checks = (("minimum", v.__ge__), ("exclusiveMinimum", v.__gt__),
-                      ("maximum", v.__le__), ("exclusiveMaximum", v.__lt__))
+            checks = (
+                ("minimum", v.__ge__),
+                ("exclusiveMinimum", v.__gt__),
+                ("maximum", v.__le__),
+                ("exclusiveMaximum", v.__lt__),
+            )
             for key, ok in checks:
                 if key in s and not ok(_decimal(s[key], _ptr(path, key))):
                     return False
@@ -880,9 +910,7 @@ class _Converter:
                 sub = prefix[i] if i < len(prefix) else s.get("items", True)
                 if not self.instance_ok(item, sub, path, d):
                     return False
-            if s.get("uniqueItems") and any(
-                _json_eq(x, y) for i, x in enumerate(value) for y in value[i + 1 :]
-            ):
+            if s.get("uniqueItems") and any(_json_eq(x, y) for i, x in enumerate(value) for y in value[i + 1 :]):
                 return False
         elif isinstance(value, dict):
             props = s.get("properties", {})
@@ -911,8 +939,7 @@ class _Converter:
         if pattern is not None and fmt in _FORMATS:
             # Two regular languages cannot be intersected in a grammar this simple; rather than
             # drop the format (which format-asserting validators check), refuse.
-            raise _err(_ptr(path, "format"), f"format {fmt!r} together with a pattern is not "
-                                             "supported")
+            raise _err(_ptr(path, "format"), f"format {fmt!r} together with a pattern is not supported")
         if pattern is not None:
             if not isinstance(pattern, str):
                 raise _err(_ptr(path, "pattern"), "expected a string")
@@ -933,16 +960,16 @@ class _Converter:
         return _seq(r'"\""', content, r'"\""', ws)
 
     @staticmethod
-    def fit_branches(branches: list[_RNode], min_len: int, max_len: int | None, path: str
-                     ) -> list[_RNode]:
+    def fit_branches(branches: list[_RNode], min_len: int, max_len: int | None, path: str) -> list[_RNode]:
         if min_len == 0 and max_len is None:
             return branches
-        fitted = [b for b in (_re_fit_length(x, min_len, max_len) for x in branches)
-                  if b is not None]
+        fitted = [b for b in (_re_fit_length(x, min_len, max_len) for x in branches) if b is not None]
         if fitted:
             return fitted
-        if all(_re_len(b)[0] > (max_len if max_len is not None else math.inf)
-               or (_re_len(b)[1] or math.inf) < min_len for b in branches):
+        if all(
+            _re_len(b)[0] > (max_len if max_len is not None else math.inf) or (_re_len(b)[1] or math.inf) < min_len
+            for b in branches
+        ):
             raise _unsat(path, "no string matches both the pattern and the length limits")
         raise _err(path, "cannot combine this pattern with minLength/maxLength")
 
@@ -960,9 +987,7 @@ class _Converter:
             parts: list[str] = []
             text = ""
             for child in node.items:
-                if isinstance(child, _RSet) and len(child.chars) == 1 and (
-                    child.chars[0][0] == child.chars[0][1]
-                ):
+                if isinstance(child, _RSet) and len(child.chars) == 1 and (child.chars[0][0] == child.chars[0][1]):
                     text += chr(child.chars[0][0])  # runs of literal characters: one literal
                     continue
                 if text:
@@ -1029,8 +1054,10 @@ class _Converter:
             raise _unsat(path, "no number lies within the bounds")
         alts = _number_range_alts(lo, lo_excl, hi, hi_excl)
         if not alts:
-            raise _err(path, f"no number within the bounds can be written with at most "
-                             f"{_SIGNIFICANT_DIGITS} significant digits")
+            raise _err(
+                path,
+                f"no number within the bounds can be written with at most {_SIGNIFICANT_DIGITS} significant digits",
+            )
         return f"({' | '.join(alts)}) {self.builtin('ws')}"
 
     # ---- objects ---------------------------------------------------------------------------
@@ -1045,14 +1072,13 @@ class _Converter:
         required_set = set(required)
         explicit_extra = "additionalProperties" in s
         extra: Any = s.get("additionalProperties", True)
-        entries: list[tuple[str, Any, str]] = [
-            (k, v, _ptr(path, "properties", k)) for k, v in props.items()
-        ]
+        entries: list[tuple[str, Any, str]] = [(k, v, _ptr(path, "properties", k)) for k, v in props.items()]
         for k in dict.fromkeys(required):
             if k not in props:  # required but only allowed through additionalProperties
                 if extra is False:
-                    raise _unsat(_ptr(path, "required"),
-                                 f"required property {k!r} is forbidden by additionalProperties")
+                    raise _unsat(
+                        _ptr(path, "required"), f"required property {k!r} is forbidden by additionalProperties"
+                    )
                 entries.append((k, extra, _ptr(path, "additionalProperties")))
         for k, v, kpath in entries:
             if v is False and k in required_set:
@@ -1067,17 +1093,19 @@ class _Converter:
         if not explicit_extra and sum(len(k) for k in declared) > _IMPLICIT_EXTRA_KEYS_MAX_CHARS:
             extra = False
         if min_props is not None and min_props > max(n_required, 1):
-            raise _err(_ptr(path, "minProperties"),
-                       "minProperties above the number of required properties is not supported")
+            raise _err(
+                _ptr(path, "minProperties"), "minProperties above the number of required properties is not supported"
+            )
         # minProperties 1 without required properties: the member list must not be empty.
         non_empty = min_props is not None and min_props >= 1
         if max_props is not None:
             if max_props < n_required:
                 raise _unsat(_ptr(path, "maxProperties"), "fewer than the required properties")
             if extra is not False or len(live) > max_props:
-                raise _err(_ptr(path, "maxProperties"),
-                           "maxProperties below the number of possible properties is not "
-                           "supported")
+                raise _err(
+                    _ptr(path, "maxProperties"),
+                    "maxProperties below the number of possible properties is not supported",
+                )
         ws = self.builtin("ws")
         kvs: list[tuple[str, bool]] = []
         with self.progress():
@@ -1110,8 +1138,7 @@ class _Converter:
             tails: dict[int, str] = {}
             tail = _seq(*(item(i) for i in range(last_head + 1, n)), extra_tail)
             # Referenced twice (by the last head and the previous tail) only if last_head > 0.
-            tails[last_head + 1] = self.rule(f"{hint}-tail", tail, path) if (
-                tail and last_head > 0) else tail
+            tails[last_head + 1] = self.rule(f"{hint}-tail", tail, path) if (tail and last_head > 0) else tail
             for i in range(last_head, 0, -1):
                 tails[i] = self.rule(f"{hint}-tail", _seq(item(i), tails[i + 1]), path)
             heads = [_seq(kvs[j][0], tails[j + 1]) for j in range(last_head + 1)]
@@ -1121,8 +1148,7 @@ class _Converter:
             if non_empty:
                 raise _unsat(_ptr(path, "minProperties"), "no property is allowed")
             return f'"{{" {ws} "}}" {ws}'
-        head = heads[0] if len(heads) == 1 else self.rule(f"{hint}-members", " | ".join(heads),
-                                                            path)
+        head = heads[0] if len(heads) == 1 else self.rule(f"{hint}-members", " | ".join(heads), path)
         if first_req is None and not non_empty:
             head = f"({head})?" if " " in head else f"{head}?"
         return f'"{{" {ws} {head} "}}" {ws}'
@@ -1186,8 +1212,7 @@ class _Converter:
         if max_items == 0:
             return f'"[" {ws} "]" {ws}'
         with self.progress():
-            syms = [self.visit(p, _ptr(path, "prefixItems", i), f"{hint}-{i}")
-                    for i, p in enumerate(prefix)]
+            syms = [self.visit(p, _ptr(path, "prefixItems", i), f"{hint}-{i}") for i, p in enumerate(prefix)]
             item_sym = None
             if max_items is None or max_items > k:
                 item_sym = self.visit(items, _ptr(path, "items"), f"{hint}-item")
@@ -1228,8 +1253,7 @@ def schema_to_grammar(
     ``max_grammar_bytes`` the text size and ``deadline_s`` the conversion time; exceeding any of
     them raises :class:`SchemaError` saying so.
     """
-    converter = _Converter(schema, max_rules=max_rules, max_grammar_bytes=max_grammar_bytes,
-                           deadline_s=deadline_s)
+    converter = _Converter(schema, max_rules=max_rules, max_grammar_bytes=max_grammar_bytes, deadline_s=deadline_s)
     try:
         return converter.convert()
     except RecursionError:

@@ -62,7 +62,7 @@ def _check_fmt(fmt: str) -> str:
 
 def _splitter(markers: Sequence[tuple[str, str]], started: bool):  # type: ignore[no-untyped-def]
     openers = tuple(o for o, _ in markers)
-    closers = {o: c for o, c in markers}
+    closers = dict(markers)
 
     def run(ctx: Ctx) -> Gen:
         start = ctx.pos
@@ -93,8 +93,13 @@ class ReasoningSplitter:
     """Incremental reasoning split: ``feed(delta)`` / ``finish()`` return ReasoningDelta and
     ContentDelta events (see the module docstring)."""
 
-    def __init__(self, fmt: str = "deepseek", *, started_in_prompt: bool = False,
-                 markers: Sequence[tuple[str, str]] = DEFAULT_MARKERS) -> None:
+    def __init__(
+        self,
+        fmt: str = "deepseek",
+        *,
+        started_in_prompt: bool = False,
+        markers: Sequence[tuple[str, str]] = DEFAULT_MARKERS,
+    ) -> None:
         self.fmt = _check_fmt(fmt)
         self.started_in_prompt = started_in_prompt
         self._inner: StreamParser | None = None
@@ -124,8 +129,13 @@ class ReasoningSplitter:
         return events
 
 
-def split_reasoning(text: str, *, fmt: str = "deepseek", started_in_prompt: bool = False,
-                    markers: Sequence[tuple[str, str]] = DEFAULT_MARKERS) -> tuple[str, str]:
+def split_reasoning(
+    text: str,
+    *,
+    fmt: str = "deepseek",
+    started_in_prompt: bool = False,
+    markers: Sequence[tuple[str, str]] = DEFAULT_MARKERS,
+) -> tuple[str, str]:
     """``(reasoning, content)`` of a complete message (see the module docstring)."""
     fmt = _check_fmt(fmt)
     if fmt == "none":
@@ -135,8 +145,7 @@ def split_reasoning(text: str, *, fmt: str = "deepseek", started_in_prompt: bool
     return msg.reasoning, msg.content
 
 
-def template_opens_thinking(generation_prompt: str,
-                            markers: Sequence[tuple[str, str]] = DEFAULT_MARKERS) -> bool:
+def template_opens_thinking(generation_prompt: str, markers: Sequence[tuple[str, str]] = DEFAULT_MARKERS) -> bool:
     """Whether a template's generation prompt (``ChatTemplate.generation_prompt(...)``) ends
     inside an open reasoning block, e.g. ``<|im_start|>assistant\\n<think>\\n``; an empty block
     (``<think>\\n\\n</think>\\n\\n``, thinking switched off) does not count."""

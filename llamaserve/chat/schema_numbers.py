@@ -7,7 +7,6 @@ from typing import Final, TypeAlias
 
 from llamaserve.chat.gbnf_text import _gbnf_class, _group, _iv, _rep_suffix, _seq
 
-
 # --------------------------------------------------------------------------------------------
 # Numeric ranges as grammars over canonical decimal text.
 
@@ -213,9 +212,7 @@ def _nonneg_number_alts(a: Decimal, a_excl: bool, b: Decimal | None, b_excl: boo
     return [x for x in alts if x is not None]
 
 
-def _number_range_alts(
-    lo: Decimal | None, lo_excl: bool, hi: Decimal | None, hi_excl: bool
-) -> list[str]:
+def _number_range_alts(lo: Decimal | None, lo_excl: bool, hi: Decimal | None, hi_excl: bool) -> list[str]:
     alts: list[str] = []
     if hi is None or hi > 0 or (hi == 0 and not hi_excl):
         a, a_excl = (Decimal(0), False) if lo is None or lo < 0 else (lo, lo_excl)

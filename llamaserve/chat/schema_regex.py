@@ -9,9 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from llamaserve.chat.schema_common import SchemaError, _MAX_DEPTH, _err
-from llamaserve.chat.gbnf_text import Intervals, _MAX_CP, _iv, _iv_complement, _iv_intersect
-
+from llamaserve.chat.gbnf_text import _MAX_CP, Intervals, _iv, _iv_complement, _iv_intersect
+from llamaserve.chat.schema_common import _MAX_DEPTH, SchemaError, _err
 
 # --------------------------------------------------------------------------------------------
 # Regular expressions (the ECMA-262 subset JSON Schema patterns use in practice).
@@ -56,8 +55,17 @@ _WORD: Final = _iv([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)])
 # characters outside them, \s = whitespace in all three, \S = whitespace in none.
 _ASCII: Final = _iv([(0x00, 0x7F)])
 _SPACE: Final = _iv(
-    [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
-     (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)]
+    [
+        (0x09, 0x0D),
+        (0x20, 0x20),
+        (0xA0, 0xA0),
+        (0x1680, 0x1680),
+        (0x2000, 0x200A),
+        (0x2028, 0x2029),
+        (0x202F, 0x202F),
+        (0x205F, 0x205F),
+        (0x3000, 0x3000),
+    ]
 )
 _ANY_ENGINE_SPACE: Final = _iv([*_SPACE, (0x1C, 0x1F), (0x85, 0x85), (0xFEFF, 0xFEFF)])
 _SHORTHANDS: Final[dict[str, Intervals]] = {
@@ -126,9 +134,7 @@ class _RegexParser:
             raise self.fail("quantified anchor")
         if self.peek() == "?":  # lazy: matching is the same set of strings
             self.pos += 1
-        if self.peek() in ("*", "+", "?") or (
-            self.peek() == "{" and _QUANT_RE.match(self.src, self.pos)
-        ):
+        if self.peek() in ("*", "+", "?") or (self.peek() == "{" and _QUANT_RE.match(self.src, self.pos)):
             raise self.fail("nothing to repeat")
         return _RRep(atom, lo, hi)
 
@@ -160,9 +166,7 @@ class _RegexParser:
         if self.src.startswith("?", self.pos):
             if self.src.startswith("?:", self.pos):
                 self.pos += 2
-            elif self.src.startswith("?<", self.pos) and not self.src.startswith(
-                ("?<=", "?<!"), self.pos
-            ):
+            elif self.src.startswith("?<", self.pos) and not self.src.startswith(("?<=", "?<!"), self.pos):
                 end = self.src.find(">", self.pos)
                 if end < 0:
                     raise self.fail("unterminated group name")
@@ -224,14 +228,14 @@ class _RegexParser:
             if not self.peek():
                 raise self.fail("unterminated character class")
             lo_set = self.class_atom()
-            if (
-                self.peek() == "-"
-                and self.src[self.pos + 1 : self.pos + 2] not in ("]", "")
-            ):
+            if self.peek() == "-" and self.src[self.pos + 1 : self.pos + 2] not in ("]", ""):
                 self.pos += 1
                 hi_set = self.class_atom()
-                if len(lo_set) != 1 or len(hi_set) != 1 or lo_set[0][0] != lo_set[0][1] or (
-                    hi_set[0][0] != hi_set[0][1]
+                if (
+                    len(lo_set) != 1
+                    or len(hi_set) != 1
+                    or lo_set[0][0] != lo_set[0][1]
+                    or (hi_set[0][0] != hi_set[0][1])
                 ):
                     raise self.fail("character class escape used as a range bound")
                 if hi_set[0][0] < lo_set[0][0]:

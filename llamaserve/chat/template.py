@@ -187,9 +187,7 @@ class _TemplateSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
         # ``{{ lipsum.__globals__ }}`` quietly renders "". No chat template has a legitimate
         # reason to touch ``__globals__``/``__class__``/..., so a template that tries is treated
         # as broken or hostile and the request fails with a clear message.
-        raise SecurityError(
-            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
-        )
+        raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         if isinstance(obj, list) and attr in _ALLOWED_LIST_MUTATORS:
@@ -342,9 +340,7 @@ def normalize_messages(
                 msg["content"], concat_text_parts=concat_text_parts, media_marker=media_marker
             )
         if "tool_calls" in msg:
-            msg["tool_calls"] = _normalize_tool_calls(
-                msg["tool_calls"], parse_arguments=parse_arguments
-            )
+            msg["tool_calls"] = _normalize_tool_calls(msg["tool_calls"], parse_arguments=parse_arguments)
         result.append(msg)
     return result
 
@@ -380,9 +376,7 @@ class ChatTemplate:
         try:
             self._template: jinja2.Template = _ENV.from_string(source)
         except jinja2.TemplateSyntaxError as exc:
-            raise TemplateError(
-                f"chat template syntax error at line {exc.lineno}: {exc.message}"
-            ) from exc
+            raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc.message}") from exc
         except Exception as exc:  # any other compile failure is still a bad template
             raise TemplateError(f"chat template failed to compile: {exc}") from exc
 

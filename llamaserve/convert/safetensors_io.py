@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -75,8 +75,9 @@ class SafetensorsFile:
 
     def _buffer(self) -> np.memmap:
         if self._mmap is None:
-            self._mmap = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self._data_start,
-                                   shape=(self._data_len,))
+            self._mmap = np.memmap(
+                self.path, dtype=np.uint8, mode="r", offset=self._data_start, shape=(self._data_len,)
+            )
         return self._mmap
 
     def get(self, name: str) -> np.ndarray:

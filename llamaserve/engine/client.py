@@ -53,6 +53,7 @@ class EngineClient:
         def sink_for(index: int) -> Callable[[list[Event]], None]:
             def sink(events: list[Event]) -> None:
                 deliver(loop, inbox.put_nowait, (index, events))
+
             return sink
 
         ids = [self.scheduler.next_task_id() for _ in requests]
@@ -88,6 +89,7 @@ class EngineClient:
                     future.set_exception(error)
                 else:
                     future.set_result(value)  # type: ignore[arg-type]
+
             deliver(loop, lambda _: settle(), None)
 
         self.scheduler.call(fn, reply, idle_slot=idle_slot)

@@ -45,8 +45,10 @@ class PromptCache:
 
     def covers(self, tokens: list[int], lora: tuple[float, ...] = ()) -> bool:
         """True when some entry already holds these tokens (or a longer run starting with them)."""
-        return any(e.lora == lora and len(e.tokens) >= len(tokens) and e.tokens[:len(tokens)] == tokens
-                   for e in self._entries.values())
+        return any(
+            e.lora == lora and len(e.tokens) >= len(tokens) and e.tokens[: len(tokens)] == tokens
+            for e in self._entries.values()
+        )
 
     def put(self, tokens: list[int], state: bytes, lora: tuple[float, ...] = ()) -> bool:
         """Keep a state; entries it extends are dropped. False when it can never fit."""
@@ -54,7 +56,7 @@ class PromptCache:
         if 0 <= self.limit_bytes < entry.size:
             return False
         for key, old in list(self._entries.items()):
-            if old.lora == lora and len(old.tokens) <= len(tokens) and tokens[:len(old.tokens)] == old.tokens:
+            if old.lora == lora and len(old.tokens) <= len(tokens) and tokens[: len(old.tokens)] == old.tokens:
                 self._drop(key)  # the new entry holds everything the old one did
         key = self._next_key
         self._next_key += 1

@@ -141,8 +141,9 @@ class LlamaRunner:
         for row, last_index in zip(plan, sample_at):
             first = last_index - len(row.tokens) + 1
             k = max(row.n_probs, 0)
-            prompt_lps.append([token_logprob(ctx, first + i, n_vocab, target, k)
-                               for i, target in enumerate(row.targets or [])])
+            prompt_lps.append(
+                [token_logprob(ctx, first + i, n_vocab, target, k) for i, target in enumerate(row.targets or [])]
+            )
         return StepResult(samples, prompt_logprobs=prompt_lps)
 
     def seq_copy(self, src: int, dst: int) -> None:

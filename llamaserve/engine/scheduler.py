@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.runner import PlanRow, Runner, Sample
-from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
 from llamaserve.engine.slot_kv import SlotKV
+from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.textstream import TextStream
 from llamaserve.engine.types import (
@@ -73,8 +73,9 @@ Message = Submit | Abort | Call | Shutdown
 class Scheduler:
     """Continuous-batching scheduler over `n_slots` KV sequences."""
 
-    def __init__(self, runner: Runner, n_slots: int, *, slot_prompt_similarity: float = 0.1,
-                 cache: CachePolicy | None = None) -> None:
+    def __init__(
+        self, runner: Runner, n_slots: int, *, slot_prompt_similarity: float = 0.1, cache: CachePolicy | None = None
+    ) -> None:
         self.runner = runner
         self.slots = [Slot(i, runner.n_ctx_seq) for i in range(n_slots)]
         self.slot_prompt_similarity = slot_prompt_similarity
@@ -112,8 +113,9 @@ class Scheduler:
     def abort(self, task_id: int) -> None:
         self._inbox.put(Abort(task_id))
 
-    def call(self, fn: Callable[[], object], reply: Callable[[object, BaseException | None], None],
-             *, idle_slot: int = -1) -> None:
+    def call(
+        self, fn: Callable[[], object], reply: Callable[[object, BaseException | None], None], *, idle_slot: int = -1
+    ) -> None:
         self._inbox.put(Call(fn, reply, idle_slot))
 
     @property
@@ -290,11 +292,16 @@ class Scheduler:
             task.sink([Failed("the prompt is empty")])
             return False
         if len(prompt) >= slot.n_ctx:
-            task.sink([Failed(
-                f"the request exceeds the available context size ({len(prompt)} tokens, "
-                f"context is {slot.n_ctx}); try increasing it",
-                kind="exceed_context_size_error",
-                extra={"n_prompt_tokens": len(prompt), "n_ctx": slot.n_ctx})])
+            task.sink(
+                [
+                    Failed(
+                        f"the request exceeds the available context size ({len(prompt)} tokens, "
+                        f"context is {slot.n_ctx}); try increasing it",
+                        kind="exceed_context_size_error",
+                        extra={"n_prompt_tokens": len(prompt), "n_ctx": slot.n_ctx},
+                    )
+                ]
+            )
             return False
         keep = self.kv.prepare(slot, req)
         slot.clear_task()
@@ -333,8 +340,9 @@ class Scheduler:
         """The adapter scales of this step: one set per decode, taking turns when requests differ."""
         sets: list[tuple[float, ...]] = []
         for slot in self.slots:
-            ready = slot.state is SlotState.PREFILL or (slot.state is SlotState.GENERATING and
-                                                        slot.next_token is not None)
+            ready = slot.state is SlotState.PREFILL or (
+                slot.state is SlotState.GENERATING and slot.next_token is not None
+            )
             if ready and slot.task is not None and slot.task.request.lora not in sets:
                 sets.append(slot.task.request.lora)
         if len(sets) <= 1:
@@ -357,32 +365,38 @@ class Scheduler:
                 continue  # llama.cpp applies one adapter set to a whole decode
             if slot.state is SlotState.GENERATING and slot.next_token is not None and budget > 0:
                 assert slot.sampler is not None and slot.task is not None
-                plan.append(PlanRow(slot.id, [slot.next_token], slot.n_past, [slot.sampler],
-                                    slot.task.request.n_probs))
+                plan.append(PlanRow(slot.id, [slot.next_token], slot.n_past, [slot.sampler], slot.task.request.n_probs))
                 planned.append(slot)
                 slot.next_token = None
                 budget -= 1
-        prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILL and s.task is not None
-                             and s.task.request.lora == lora), key=lambda s: s.t_start)
+        prefilling = sorted(
+            (
+                s
+                for s in self.slots
+                if s.state is SlotState.PREFILL and s.task is not None and s.task.request.lora == lora
+            ),
+            key=lambda s: s.t_start,
+        )
         for slot in prefilling:
             if budget <= 0:
                 break
             start = slot.n_past
             scoring = slot.task is not None and slot.task.request.prompt_logprobs
             # Keeping every row's logits costs a vocabulary-sized row each: smaller chunks.
-            chunk = slot.prompt[start:start + (min(budget, 64) if scoring else budget)]
+            chunk = slot.prompt[start : start + (min(budget, 64) if scoring else budget)]
             last_chunk = start + len(chunk) == len(slot.prompt)
             samplers = [slot.sampler, *(f.sampler for f in slot.followers)] if last_chunk else []
             n_probs = slot.task.request.n_probs if slot.task else -1
-            targets = slot.prompt[start + 1:start + len(chunk) + 1] if scoring else None
+            targets = slot.prompt[start + 1 : start + len(chunk) + 1] if scoring else None
             plan.append(PlanRow(slot.id, chunk, start, samplers, n_probs, targets))  # type: ignore[arg-type]
             planned.append(slot)
             budget -= len(chunk)
         return plan, planned
 
     # ------------------------------------------------------------ results
-    def _on_token(self, slot: Slot, sample: Sample, now: float,
-                  outbox: dict[int, tuple[EventSink, list[Event]]]) -> None:
+    def _on_token(
+        self, slot: Slot, sample: Sample, now: float, outbox: dict[int, tuple[EventSink, list[Event]]]
+    ) -> None:
         task = slot.task
         assert task is not None
         req = task.request
@@ -414,8 +428,11 @@ class Scheduler:
                     self.kv.shift(slot)
                 else:
                     stop_type = "limit"  # the slot's context is full
-            elif req.t_max_predict_ms > 0 and "\n" in slot.stream.text and \
-                    (now - slot.t_prompt_done) * 1000.0 > req.t_max_predict_ms:
+            elif (
+                req.t_max_predict_ms > 0
+                and "\n" in slot.stream.text
+                and (now - slot.t_prompt_done) * 1000.0 > req.t_max_predict_ms
+            ):
                 stop_type = "limit"
         if not stop_type:
             slot.next_token = token
@@ -466,8 +483,9 @@ class Scheduler:
         orphans, slot.followers = slot.followers, []
         for f in orphans:  # the leader went away before its prompt was decoded
             if f.task is not None:
-                f.task.sink([Failed("the request was stopped before its prompt was processed",
-                                    kind="server_error", status=500)])
+                f.task.sink(
+                    [Failed("the request was stopped before its prompt was processed", kind="server_error", status=500)]
+                )
             self._release(f)
         if slot.sampler is not None:
             slot.sampler.close()

@@ -60,8 +60,13 @@ class SlotFiles:
         written = self.scheduler.runner.save_seq_file(path, slot.id, tokens)
         if written == 0 and tokens:
             raise SlotFileError(f"could not write {filename}")
-        return {"id_slot": slot.id, "filename": filename, "n_saved": len(tokens), "n_written": written,
-                "timings": {"save_ms": round((time.perf_counter() - t0) * 1000.0, 3)}}
+        return {
+            "id_slot": slot.id,
+            "filename": filename,
+            "n_saved": len(tokens),
+            "n_written": written,
+            "timings": {"save_ms": round((time.perf_counter() - t0) * 1000.0, 3)},
+        }
 
     def restore(self, slot_id: int, filename: str) -> dict[str, Any]:
         slot = self._slot(slot_id)
@@ -72,8 +77,13 @@ class SlotFiles:
         n_read, tokens = self._load(slot, path)
         if n_read == 0:
             raise SlotFileError(f"{filename} does not fit this model and context")
-        return {"id_slot": slot.id, "filename": filename, "n_restored": len(tokens), "n_read": n_read,
-                "timings": {"restore_ms": round((time.perf_counter() - t0) * 1000.0, 3)}}
+        return {
+            "id_slot": slot.id,
+            "filename": filename,
+            "n_restored": len(tokens),
+            "n_read": n_read,
+            "timings": {"restore_ms": round((time.perf_counter() - t0) * 1000.0, 3)},
+        }
 
     def erase(self, slot_id: int) -> dict[str, Any]:
         slot = self._slot(slot_id)

@@ -99,6 +99,6 @@ class SlotKV:
         start, n_discard = context_shift(slot.n_past, n_keep)
         self.runner.seq_remove(slot.id, start, start + n_discard)
         self.runner.seq_shift(slot.id, start + n_discard, slot.n_past, -n_discard)
-        del slot.cache_tokens[start:start + n_discard]
+        del slot.cache_tokens[start : start + n_discard]
         slot.truncated = True
         self.stats.context_shifts += 1

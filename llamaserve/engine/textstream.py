@@ -70,7 +70,7 @@ class TextStream:
                 keep = length
                 break
         out = self._held[: len(self._held) - keep]
-        self._held = self._held[len(self._held) - keep:]
+        self._held = self._held[len(self._held) - keep :]
         self.text += out
         return out
 

@@ -52,8 +52,7 @@ class Timings:
             "predicted_n": self.predicted_n,
             "predicted_ms": round(self.predicted_ms, 3),
             "predicted_per_token_ms": round(self.predicted_ms / self.predicted_n, 3) if self.predicted_n else 0.0,
-            "predicted_per_second": round(1000.0 * self.predicted_n / predicted_ms, 3)
-            if self.predicted_n else 0.0,
+            "predicted_per_second": round(1000.0 * self.predicted_n / predicted_ms, 3) if self.predicted_n else 0.0,
         }
 
 

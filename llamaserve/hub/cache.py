@@ -88,4 +88,4 @@ def cached_repo_files(cache: Path, repo: str) -> list[str]:
         names = sorted(p.name for p in cache.iterdir() if p.is_file())
     except OSError:
         return []
-    return [n[len(prefix):] for n in names if n.startswith(prefix) and n.lower().endswith(".gguf")]
+    return [n[len(prefix) :] for n in names if n.startswith(prefix) and n.lower().endswith(".gguf")]

@@ -35,8 +35,11 @@ class _Restart(Exception):
 
 
 def _paths(dest: Path) -> tuple[Path, Path, Path]:
-    return (dest.with_name(dest.name + PART_SUFFIX), dest.with_name(dest.name + PART_SUFFIX + ".etag"),
-            dest.with_name(dest.name + ".lock"))
+    return (
+        dest.with_name(dest.name + PART_SUFFIX),
+        dest.with_name(dest.name + PART_SUFFIX + ".etag"),
+        dest.with_name(dest.name + ".lock"),
+    )
 
 
 @contextmanager
@@ -55,8 +58,10 @@ def _locked(lock_path: Path) -> Iterator[None]:
 
 def http_error_message(status: int, url: str) -> str:
     if status in (401, 403):
-        return (f"access denied (HTTP {status}) for {url}: the repo may be private or gated; "
-                "pass --hf-token or set HF_TOKEN")
+        return (
+            f"access denied (HTTP {status}) for {url}: the repo may be private or gated; "
+            "pass --hf-token or set HF_TOKEN"
+        )
     if status == 404:
         return f"not found (HTTP 404): {url}"
     return f"HTTP {status} from {url}"
@@ -123,8 +128,7 @@ def _fetch_once(client: httpx.Client, url: str, dest: Path, headers: dict[str, s
         bar.finish()
 
 
-def download(client: httpx.Client, url: str, dest: Path, *, token: str | None = None,
-             label: str | None = None) -> None:
+def download(client: httpx.Client, url: str, dest: Path, *, token: str | None = None, label: str | None = None) -> None:
     """Make `dest` a complete copy of `url`, resuming a `.part` an earlier run left."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part, etag_path, lock_path = _paths(dest)
@@ -154,8 +158,9 @@ def download(client: httpx.Client, url: str, dest: Path, *, token: str | None = 
                     retries -= 1
                     time.sleep(1.0)
                     continue
-                raise DownloadError(f"download of {url} failed: {exc or type(exc).__name__} "
-                                    f"(partial file kept; run again to resume)") from None
+                raise DownloadError(
+                    f"download of {url} failed: {exc or type(exc).__name__} (partial file kept; run again to resume)"
+                ) from None
         with open(part, "rb") as fh:
             if fh.read(4) != GGUF_MAGIC:
                 _discard(part, etag_path)

@@ -19,8 +19,9 @@ _UNKNOWN_STEP = 256 * MIB  # without a total, one line per this many bytes off a
 class ProgressBar:
     """Shows one file's download; `start` is what a resumed `.part` already held."""
 
-    def __init__(self, label: str, total: int | None, *, start: int = 0,
-                 stream: TextIO | None = None, tty: bool | None = None) -> None:
+    def __init__(
+        self, label: str, total: int | None, *, start: int = 0, stream: TextIO | None = None, tty: bool | None = None
+    ) -> None:
         self.label = label
         self.total = total
         self.start = start

@@ -17,8 +17,14 @@ from pathlib import Path
 import httpx
 
 from llamaserve.config import ServerConfig
-from llamaserve.hub.cache import (cache_dir, cached_repo_files, hf_cache_path, read_manifest, url_cache_path,
-                                  write_manifest)
+from llamaserve.hub.cache import (
+    cache_dir,
+    cached_repo_files,
+    hf_cache_path,
+    read_manifest,
+    url_cache_path,
+    write_manifest,
+)
 from llamaserve.hub.errors import DownloadError, HubUnreachable
 from llamaserve.hub.fetch import download
 from llamaserve.hub.hf import file_url, hub_endpoint, list_repo_files
@@ -74,8 +80,10 @@ def _destinations(config: ServerConfig, cache: Path, repo: str, files: list[str]
         return [hf_cache_path(cache, repo, f) for f in files]
     paths = split_parts(config.model)
     if len(paths) != len(files):
-        raise DownloadError(f"-m with a split model ({len(files)} parts) must name its first part as "
-                            f"<name>-00001-of-{len(files):05d}.gguf")
+        raise DownloadError(
+            f"-m with a split model ({len(files)} parts) must name its first part as "
+            f"<name>-00001-of-{len(files):05d}.gguf"
+        )
     return [Path(p) for p in paths]
 
 
@@ -118,8 +126,9 @@ def _resolve_hf(config: ServerConfig, environ: Mapping[str, str]) -> str:
     if config.offline:
         cached = None if config.hf_file else _from_cache_listing(config, cache, spec)
         if cached is None:
-            raise DownloadError(f"--offline: {what} is not in the cache ({cache}); "
-                                "run once without --offline to download it")
+            raise DownloadError(
+                f"--offline: {what} is not in the cache ({cache}); run once without --offline to download it"
+            )
         _say(f"model: using cached {cached} (offline)")
         return str(cached)
 

@@ -143,9 +143,10 @@ class Context:
         """
         arr = (C.llama_token * capacity)()
         count = ctypes.c_size_t(0)
-        n_read = int(C.llama_state_seq_load_file(self.handle, path.encode(), seq_id, arr, capacity,
-                                                 ctypes.byref(count)))
-        return n_read, list(arr[:count.value]) if n_read else []
+        n_read = int(
+            C.llama_state_seq_load_file(self.handle, path.encode(), seq_id, arr, capacity, ctypes.byref(count))
+        )
+        return n_read, list(arr[: count.value]) if n_read else []
 
     def close(self) -> None:
         if self.handle:

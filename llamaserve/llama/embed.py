@@ -41,7 +41,8 @@ class Embedder:
         self.n_cls_out = max(1, int(C.llama_model_n_cls_out(model.handle)))
         self.pooling = int(C.llama_pooling_type(context.handle))
         self.encoder_only = bool(C.llama_model_has_encoder(model.handle)) and not bool(
-            C.llama_model_has_decoder(model.handle))
+            C.llama_model_has_decoder(model.handle)
+        )
         self.n_ubatch = int(C.llama_n_ubatch(context.handle))
 
     @property
@@ -52,8 +53,10 @@ class Embedder:
         if not tokens:
             raise EmbedError("an input is empty")
         if len(tokens) > self.n_ubatch:
-            raise EmbedError(f"input is too large to process ({len(tokens)} tokens); the physical batch size "
-                             f"(-ub) is {self.n_ubatch}")
+            raise EmbedError(
+                f"input is too large to process ({len(tokens)} tokens); the physical batch size "
+                f"(-ub) is {self.n_ubatch}"
+            )
 
     def _run(self, group: list[list[int]]) -> list[np.ndarray]:
         rows = []
@@ -82,8 +85,11 @@ class Embedder:
                 vecs = []
                 for i in range(start, start + len(tokens)):
                     ptr = C.llama_get_embeddings_ith(ctx.handle, i)
-                    vecs.append(np.array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float * self.n_embd)).contents,
-                                         dtype=np.float32))
+                    vecs.append(
+                        np.array(
+                            ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float * self.n_embd)).contents, dtype=np.float32
+                        )
+                    )
                 out.append(np.stack(vecs))
                 start += len(tokens)
         if ctx.memory:

@@ -54,8 +54,7 @@ class ModelInfo:
 class Model:
     """A llama.cpp model plus vocabulary helpers (tokenize, pieces, specials)."""
 
-    def __init__(self, path: str, *, n_gpu_layers: int = 0, use_mmap: bool = True,
-                 vocab_only: bool = False) -> None:
+    def __init__(self, path: str, *, n_gpu_layers: int = 0, use_mmap: bool = True, vocab_only: bool = False) -> None:
         ensure_backend()
         params = C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers

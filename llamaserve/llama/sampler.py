@@ -18,23 +18,48 @@ import numpy as np
 from llamaserve.llama.model import Model
 
 DEFAULT_SAMPLERS: tuple[str, ...] = (
-    "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
+    "penalties",
+    "dry",
+    "top_n_sigma",
+    "top_k",
+    "typ_p",
+    "top_p",
+    "min_p",
+    "xtc",
+    "temperature",
 )
 
 # Single-letter codes of --sampling-seq, as llama.cpp names them.
 SAMPLER_LETTERS: dict[str, str] = {
-    "e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p",
-    "p": "top_p", "m": "min_p", "x": "xtc", "t": "temperature",
+    "e": "penalties",
+    "d": "dry",
+    "s": "top_n_sigma",
+    "k": "top_k",
+    "y": "typ_p",
+    "p": "top_p",
+    "m": "min_p",
+    "x": "xtc",
+    "t": "temperature",
 }
 
 # Accepted spellings of sampler names in the `samplers` request field.
 SAMPLER_ALIASES: dict[str, str] = {
-    "penalties": "penalties", "dry": "dry", "top_n_sigma": "top_n_sigma", "top_k": "top_k",
-    "typ_p": "typ_p", "typical_p": "typ_p", "typical": "typ_p", "top_p": "top_p", "nucleus": "top_p",
-    "min_p": "min_p", "xtc": "xtc", "temperature": "temperature", "temp": "temperature",
+    "penalties": "penalties",
+    "dry": "dry",
+    "top_n_sigma": "top_n_sigma",
+    "top_k": "top_k",
+    "typ_p": "typ_p",
+    "typical_p": "typ_p",
+    "typical": "typ_p",
+    "top_p": "top_p",
+    "nucleus": "top_p",
+    "min_p": "min_p",
+    "xtc": "xtc",
+    "temperature": "temperature",
+    "temp": "temperature",
 }
 
-DEFAULT_DRY_BREAKERS: tuple[str, ...] = ("\n", ":", "\"", "*")
+DEFAULT_DRY_BREAKERS: tuple[str, ...] = ("\n", ":", '"', "*")
 
 
 @dataclass(frozen=True)
@@ -102,7 +127,8 @@ def _penalties(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None
     # -1 means "the whole context", as llama-server resolves it before building the sampler.
     last_n = model.n_ctx_train if cfg.repeat_last_n == -1 else cfg.repeat_last_n
     return C.llama_sampler_init_penalties(
-        model.n_vocab, last_n, cfg.repeat_penalty, cfg.frequency_penalty, cfg.presence_penalty)
+        model.n_vocab, last_n, cfg.repeat_penalty, cfg.frequency_penalty, cfg.presence_penalty
+    )
 
 
 def _dry(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
@@ -114,7 +140,8 @@ def _dry(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
     # llama.cpp clamps a negative window to 0 (= off); -1 means the whole context.
     last_n = model.n_ctx_train if cfg.dry_penalty_last_n == -1 else cfg.dry_penalty_last_n
     return C.llama_sampler_init_dry(
-        model.vocab, cfg.dry_multiplier, cfg.dry_base, cfg.dry_allowed_length, last_n, arr, len(breakers))
+        model.vocab, cfg.dry_multiplier, cfg.dry_base, cfg.dry_allowed_length, last_n, arr, len(breakers)
+    )
 
 
 def _top_n_sigma(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
@@ -169,7 +196,8 @@ def grammar_sampler(model: Model, grammar: str, triggers: tuple[str, ...] = ()) 
         patterns = [t.encode() for t in triggers]
         arr = (ctypes.c_char_p * len(patterns))(*patterns)
         handle = C.llama_sampler_init_grammar_lazy_patterns(
-            model.vocab, grammar.encode(), b"root", arr, len(patterns), None, 0)
+            model.vocab, grammar.encode(), b"root", arr, len(patterns), None, 0
+        )
     else:
         handle = C.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
     if not handle:
@@ -217,8 +245,9 @@ class SamplerChain:
             self._add(_penalties(model, cfg, self._keep))
             self._add(C.llama_sampler_init_temp(cfg.temperature))
             if cfg.mirostat == 1:
-                self._add(C.llama_sampler_init_mirostat(
-                    model.n_vocab, self.seed, cfg.mirostat_tau, cfg.mirostat_eta, 100))
+                self._add(
+                    C.llama_sampler_init_mirostat(model.n_vocab, self.seed, cfg.mirostat_tau, cfg.mirostat_eta, 100)
+                )
             else:
                 self._add(C.llama_sampler_init_mirostat_v2(self.seed, cfg.mirostat_tau, cfg.mirostat_eta))
 
@@ -266,8 +295,7 @@ class SamplerChain:
         data["id"] = np.arange(len(logits), dtype=np.int32)
         data["logit"] = logits
         data["p"] = 0.0
-        arr = C.llama_token_data_array(
-            data.ctypes.data_as(C.llama_token_data_p), len(data), -1, False)
+        arr = C.llama_token_data_array(data.ctypes.data_as(C.llama_token_data_p), len(data), -1, False)
         if with_grammar:
             C.llama_sampler_apply(self.grammar, ctypes.byref(arr))
         C.llama_sampler_apply(self.handle, ctypes.byref(arr))

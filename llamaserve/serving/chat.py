@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llamaserve.errors import APIError
 from llamaserve.api.sse import DONE, data_event
 from llamaserve.chat.parsed import (
     ContentDelta,
@@ -23,8 +22,9 @@ from llamaserve.chat.reasoning import ReasoningSplitter, split_reasoning, templa
 from llamaserve.chat.template import TemplateError
 from llamaserve.chat.tools import ToolChoiceError, ToolFormat, chain, new_tool_call_id, normalize_tool_choice
 from llamaserve.chat.tools.generic import GenericFormat
-from llamaserve.llama.sampler import GrammarError, check_grammar
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
+from llamaserve.errors import APIError
+from llamaserve.llama.sampler import GrammarError, check_grammar
 from llamaserve.protocol.openai import ChatCompletionRequest, ChatMessage
 from llamaserve.serving import generate, logprobs
 from llamaserve.serving.completion import build_request, choices
@@ -33,8 +33,13 @@ from llamaserve.serving.runtime import BUILD_INFO, ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
 
 
-def render_prompt(rt: ModelRuntime, messages: list[ChatMessage], *, tools: list[dict[str, Any]] | None,
-                  template_kwargs: dict[str, Any] | None) -> str:
+def render_prompt(
+    rt: ModelRuntime,
+    messages: list[ChatMessage],
+    *,
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any] | None,
+) -> str:
     """The model's own chat template applied to the conversation."""
     kwargs = {**rt.chat_template_kwargs, **(template_kwargs or {})}
     # These are ours to set; a client's copy would collide with the arguments below.
@@ -82,8 +87,9 @@ class ChatPlan:
     def parse(self, text: str) -> tuple[ParsedMessage, bool]:
         """(message, truncated): truncated when a started tool call was cut off or malformed."""
         if self.tool_format is not None and self.tool_format.handles_reasoning:
-            return self.tool_format.parse_ex(text, tools_offered=True, tools=self.tools,
-                                             reasoning_open=self.reasoning_open)
+            return self.tool_format.parse_ex(
+                text, tools_offered=True, tools=self.tools, reasoning_open=self.reasoning_open
+            )
         reasoning, content = split_reasoning(text, fmt=self.reasoning_format, started_in_prompt=self.reasoning_open)
         if self.tool_format is None:
             return ParsedMessage(content=content, reasoning=reasoning), False
@@ -149,8 +155,9 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
             messages = _with_system_text(messages, instructions)
     prompt = render_prompt(rt, messages, tools=tools if mode != "none" else None, template_kwargs=kwargs)
 
-    structured = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema,
-                                       response_format=req.response_format)
+    structured = await resolve_grammar(
+        rt.model, grammar=req.grammar, json_schema=req.json_schema, response_format=req.response_format
+    )
     grammar, triggers, extra_stops = structured, (), ()
     if fmt is not None:
         spec = fmt.grammar(tools or [], req.tool_choice or "auto", req.parallel_tool_calls is not False)
@@ -164,27 +171,39 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
             grammar, triggers, extra_stops = spec.gbnf, spec.triggers, spec.stops
 
     reasoning_fmt = _reasoning_format(rt, req)
-    plan = ChatPlan(tool_format=fmt, tools=tools, reasoning_format=reasoning_fmt,
-                    reasoning_open=template_opens_thinking(prompt[-400:]) if reasoning_fmt != "none" else False)
+    plan = ChatPlan(
+        tool_format=fmt,
+        tools=tools,
+        reasoning_format=reasoning_fmt,
+        reasoning_open=template_opens_thinking(prompt[-400:]) if reasoning_fmt != "none" else False,
+    )
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     n_probs = (req.top_logprobs or 0) if req.logprobs else (req.n_probs if req.n_probs else -1)
     stops = stop_strings(req.stop) + tuple(extra_stops)
-    job = build_request(rt, req, chat_tokens(rt, prompt), n_predict=limit, stop=list(stops), grammar=grammar,
-                        n_probs=n_probs)
+    job = build_request(
+        rt, req, chat_tokens(rt, prompt), n_predict=limit, stop=list(stops), grammar=grammar, n_probs=n_probs
+    )
     if triggers:
         job = replace(job, sampling=replace(job.sampling, grammar_triggers=tuple(triggers)))
     return ChatJobs(choices(rt, job, req.n), plan)
 
 
 def _message(parsed: ParsedMessage) -> dict[str, Any]:
-    msg: dict[str, Any] = {"role": "assistant",
-                           "content": parsed.content if (parsed.content or not parsed.tool_calls) else None}
+    msg: dict[str, Any] = {
+        "role": "assistant",
+        "content": parsed.content if (parsed.content or not parsed.tool_calls) else None,
+    }
     if parsed.reasoning:
         msg["reasoning_content"] = parsed.reasoning
     if parsed.tool_calls:
-        msg["tool_calls"] = [{"id": call.id or new_tool_call_id(), "type": "function",
-                              "function": {"name": call.name, "arguments": call.arguments}}
-                             for call in parsed.tool_calls]
+        msg["tool_calls"] = [
+            {
+                "id": call.id or new_tool_call_id(),
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in parsed.tool_calls
+        ]
     return msg
 
 
@@ -197,8 +216,13 @@ def _finish_reason(finished: Finished, parsed: ParsedMessage | None, truncated: 
 
 
 def _envelope(rt: ModelRuntime, obj: str) -> dict[str, Any]:
-    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": obj, "created": int(time.time()), "model": rt.alias,
-            "system_fingerprint": BUILD_INFO}
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": obj,
+        "created": int(time.time()),
+        "model": rt.alias,
+        "system_fingerprint": BUILD_INFO,
+    }
 
 
 def _logprobs(rt: ModelRuntime, job: GenerationRequest, items: list[Any]) -> dict[str, Any] | None:
@@ -212,12 +236,14 @@ async def chat_complete(rt: ModelRuntime, jobs: list[GenerationRequest]) -> dict
     body["choices"] = []
     for i, (job, r) in enumerate(zip(jobs, results)):
         parsed, truncated = plan.parse(r.text) if plan.parses else (ParsedMessage(content=r.text), False)
-        body["choices"].append({
-            "index": i,
-            "message": _message(parsed),
-            "logprobs": _logprobs(rt, job, r.logprobs),
-            "finish_reason": _finish_reason(r.done, parsed, truncated),
-        })
+        body["choices"].append(
+            {
+                "index": i,
+                "message": _message(parsed),
+                "logprobs": _logprobs(rt, job, r.logprobs),
+                "finish_reason": _finish_reason(r.done, parsed, truncated),
+            }
+        )
     body["usage"] = generate.usage([r.done for r in results])
     body["timings"] = results[0].done.timings.to_json()
     return body
@@ -253,15 +279,26 @@ def _deltas(events: list[ParseEvent], ids: dict[int, str]) -> list[dict[str, Any
                 out.append({"reasoning_content": ev.text})
         elif isinstance(ev, ToolCallStart):
             ids[ev.index] = ev.id or new_tool_call_id()
-            out.append({"tool_calls": [{"index": ev.index, "id": ids[ev.index], "type": "function",
-                                        "function": {"name": ev.name, "arguments": ""}}]})
+            out.append(
+                {
+                    "tool_calls": [
+                        {
+                            "index": ev.index,
+                            "id": ids[ev.index],
+                            "type": "function",
+                            "function": {"name": ev.name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
         elif isinstance(ev, ToolCallArgsDelta) and ev.text:
             out.append({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.text}}]})
     return out
 
 
-async def chat_chunks(rt: ModelRuntime, jobs: list[GenerationRequest],
-                      events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[ChatChunk]:
+async def chat_chunks(
+    rt: ModelRuntime, jobs: list[GenerationRequest], events: AsyncIterator[tuple[int, TextDelta | Finished]]
+) -> AsyncIterator[ChatChunk]:
     plan = _plan_of(jobs)
     parsers = [plan.stream_parser() if plan.parses else None for _ in jobs]
     call_ids: list[dict[int, str]] = [{} for _ in jobs]
@@ -288,15 +325,20 @@ async def chat_chunks(rt: ModelRuntime, jobs: list[GenerationRequest],
                 for delta in _deltas(parser.finish(), call_ids[index]):
                     yield ChatChunk(index, delta)
                 truncated = bool(getattr(parser, "truncated", False))
-            reason = "length" if event.stop_type == "limit" or truncated else (
-                "tool_calls" if call_ids[index] else "stop")
+            reason = (
+                "length" if event.stop_type == "limit" or truncated else ("tool_calls" if call_ids[index] else "stop")
+            )
             yield ChatChunk(index, {}, None, reason, event.timings.to_json())
     if finished:
         yield ChatChunk(-1, usage=generate.usage([finished[i] for i in sorted(finished)]))
 
 
-async def chat_stream(rt: ModelRuntime, req: ChatCompletionRequest, jobs: list[GenerationRequest],
-                      events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[bytes]:
+async def chat_stream(
+    rt: ModelRuntime,
+    req: ChatCompletionRequest,
+    jobs: list[GenerationRequest],
+    events: AsyncIterator[tuple[int, TextDelta | Finished]],
+) -> AsyncIterator[bytes]:
     envelope = _envelope(rt, "chat.completion.chunk")
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     async for chunk in chat_chunks(rt, jobs, events):
@@ -304,8 +346,17 @@ async def chat_stream(rt: ModelRuntime, req: ChatCompletionRequest, jobs: list[G
             if include_usage:
                 yield data_event({**envelope, "choices": [], "usage": chunk.usage})
             continue
-        body = {**envelope, "choices": [{"index": chunk.index, "delta": chunk.delta, "logprobs": chunk.logprobs,
-                                         "finish_reason": chunk.finish_reason}]}
+        body = {
+            **envelope,
+            "choices": [
+                {
+                    "index": chunk.index,
+                    "delta": chunk.delta,
+                    "logprobs": chunk.logprobs,
+                    "finish_reason": chunk.finish_reason,
+                }
+            ],
+        }
         if chunk.timings is not None:
             body["timings"] = chunk.timings
         yield data_event(body)

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, replace
 from typing import Any
 
-from llamaserve.errors import APIError
 from llamaserve.api.sse import DONE, data_event
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
+from llamaserve.errors import APIError
 from llamaserve.protocol.common import SamplingFields
 from llamaserve.protocol.native import NativeCompletionRequest
 from llamaserve.protocol.openai import CompletionRequest
@@ -21,9 +21,16 @@ from llamaserve.serving.runtime import BUILD_INFO, ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
 
 
-def build_request(rt: ModelRuntime, req: SamplingFields, tokens: list[int], *, n_predict: int | None,
-                  stop: str | list[str] | None, grammar: str | None = None,
-                  n_probs: int = -1) -> GenerationRequest:
+def build_request(
+    rt: ModelRuntime,
+    req: SamplingFields,
+    tokens: list[int],
+    *,
+    n_predict: int | None,
+    stop: str | list[str] | None,
+    grammar: str | None = None,
+    n_probs: int = -1,
+) -> GenerationRequest:
     """Engine request from the shared fields; checks the prompt fits a slot."""
     rt.require_generation()
     if not tokens:
@@ -31,8 +38,10 @@ def build_request(rt: ModelRuntime, req: SamplingFields, tokens: list[int], *, n
     if len(tokens) >= rt.n_ctx_slot:
         raise APIError(
             f"the request exceeds the available context size ({len(tokens)} tokens, context is "
-            f"{rt.n_ctx_slot}); try increasing it", "exceed_context_size_error",
-            extra={"n_prompt_tokens": len(tokens), "n_ctx": rt.n_ctx_slot})
+            f"{rt.n_ctx_slot}); try increasing it",
+            "exceed_context_size_error",
+            extra={"n_prompt_tokens": len(tokens), "n_ctx": rt.n_ctx_slot},
+        )
     if req.id_slot is not None and req.id_slot >= len(rt.scheduler.slots):
         raise APIError(f"id_slot: there is no slot {req.id_slot}")
     limit = n_predict if n_predict is not None else req.n_predict
@@ -65,8 +74,10 @@ def choices(rt: ModelRuntime, job: GenerationRequest, n: int) -> list[Generation
     if job.id_slot >= 0:
         raise APIError("id_slot cannot be combined with n > 1")
     seed = job.sampling.seed
-    return [job if i == 0 else replace(job, sampling=replace(job.sampling, seed=(seed + i) if seed >= 0 else -1))
-            for i in range(n)]
+    return [
+        job if i == 0 else replace(job, sampling=replace(job.sampling, seed=(seed + i) if seed >= 0 else -1))
+        for i in range(n)
+    ]
 
 
 def generation_settings(rt: ModelRuntime, request: GenerationRequest) -> dict[str, Any]:
@@ -76,9 +87,18 @@ def generation_settings(rt: ModelRuntime, request: GenerationRequest) -> dict[st
     s.pop("grammar_triggers", None)
     s["samplers"] = list(s["samplers"])
     s["dry_sequence_breakers"] = list(s["dry_sequence_breakers"])
-    s.update({"n_predict": request.n_predict, "max_tokens": request.n_predict, "n_keep": request.n_keep,
-              "stop": list(request.stop), "n_ctx": rt.n_ctx_slot, "model": rt.alias,
-              "cache_prompt": request.cache_prompt, "n_probs": max(request.n_probs, 0)})
+    s.update(
+        {
+            "n_predict": request.n_predict,
+            "max_tokens": request.n_predict,
+            "n_keep": request.n_keep,
+            "stop": list(request.stop),
+            "n_ctx": rt.n_ctx_slot,
+            "model": rt.alias,
+            "cache_prompt": request.cache_prompt,
+            "n_probs": max(request.n_probs, 0),
+        }
+    )
     return s
 
 
@@ -90,8 +110,9 @@ async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> lis
     for prompt in split_prompts(req.prompt):
         tokens = prompt_tokens(rt.model, prompt)
         text = prompt if isinstance(prompt, str) else rt.model.detokenize(tokens, special=True)
-        out.append((build_request(rt, req, tokens, n_predict=None, stop=req.stop, grammar=grammar,
-                                  n_probs=n_probs), text))
+        out.append(
+            (build_request(rt, req, tokens, n_predict=None, stop=req.stop, grammar=grammar, n_probs=n_probs), text)
+        )
     return out
 
 
@@ -121,13 +142,15 @@ async def infill_request(rt: ModelRuntime, req: Any) -> tuple[GenerationRequest,
     tokens += [fim["pre"]] + tok(req.input_prefix) + [fim["suf"]] + tok(req.input_suffix) + [fim["mid"]]
     tokens += tok(req.prompt)
     grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema)
-    job = build_request(rt, req, tokens, n_predict=None, stop=req.stop, grammar=grammar,
-                        n_probs=req.n_probs if req.n_probs else -1)
+    job = build_request(
+        rt, req, tokens, n_predict=None, stop=req.stop, grammar=grammar, n_probs=req.n_probs if req.n_probs else -1
+    )
     return job, model.detokenize(tokens, special=True)
 
 
-def _native_final(rt: ModelRuntime, job: GenerationRequest, index: int, result: generate.Completion,
-                  prompt: str, return_tokens: bool) -> dict[str, Any]:
+def _native_final(
+    rt: ModelRuntime, job: GenerationRequest, index: int, result: generate.Completion, prompt: str, return_tokens: bool
+) -> dict[str, Any]:
     fin = result.done
     body: dict[str, Any] = {
         "index": index,
@@ -152,29 +175,42 @@ def _native_final(rt: ModelRuntime, job: GenerationRequest, index: int, result: 
     return body
 
 
-async def native_complete(rt: ModelRuntime, req: Any,
-                          jobs: list[tuple[GenerationRequest, str]]) -> dict[str, Any] | list[dict[str, Any]]:
+async def native_complete(
+    rt: ModelRuntime, req: Any, jobs: list[tuple[GenerationRequest, str]]
+) -> dict[str, Any] | list[dict[str, Any]]:
     results = await asyncio.gather(*(generate.complete(rt.engine, [job]) for job, _ in jobs))
-    bodies = [_native_final(rt, job, i, res[0], text, req.return_tokens)
-              for i, ((job, text), res) in enumerate(zip(jobs, results))]
+    bodies = [
+        _native_final(rt, job, i, res[0], text, req.return_tokens)
+        for i, ((job, text), res) in enumerate(zip(jobs, results))
+    ]
     return bodies[0] if len(bodies) == 1 else bodies
 
 
-async def native_stream(rt: ModelRuntime, req: Any, job: GenerationRequest, prompt: str,
-                        events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[bytes]:
+async def native_stream(
+    rt: ModelRuntime,
+    req: Any,
+    job: GenerationRequest,
+    prompt: str,
+    events: AsyncIterator[tuple[int, TextDelta | Finished]],
+) -> AsyncIterator[bytes]:
     n = 0
     async for _, event in events:
         if isinstance(event, TextDelta):
             n += len(event.tokens)
-            chunk: dict[str, Any] = {"index": 0, "content": event.text, "tokens": event.tokens, "stop": False,
-                                     "id_slot": -1, "tokens_predicted": n,
-                                     "tokens_evaluated": len(job.prompt_tokens)}
+            chunk: dict[str, Any] = {
+                "index": 0,
+                "content": event.text,
+                "tokens": event.tokens,
+                "stop": False,
+                "id_slot": -1,
+                "tokens_predicted": n,
+                "tokens_evaluated": len(job.prompt_tokens),
+            }
             if job.n_probs >= 0:
                 chunk["completion_probabilities"] = logprobs.native(rt.model, event.logprobs)
             yield data_event(chunk)
         else:
-            yield data_event(_native_final(rt, job, 0, generate.Completion(finished=event), prompt,
-                                           req.return_tokens))
+            yield data_event(_native_final(rt, job, 0, generate.Completion(finished=event), prompt, req.return_tokens))
 
 
 # ------------------------------------------------------------------- OpenAI
@@ -184,8 +220,9 @@ async def oai_requests(rt: ModelRuntime, req: CompletionRequest) -> list[list[Ge
         raise APIError("echo is not supported with stream")
     if req.suffix:
         raise APIError("suffix is not supported on /v1/completions; use /infill")
-    grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema,
-                                    response_format=req.response_format)
+    grammar = await resolve_grammar(
+        rt.model, grammar=req.grammar, json_schema=req.json_schema, response_format=req.response_format
+    )
     n_probs = req.logprobs if req.logprobs is not None else -1
     prompts = split_prompts(req.prompt)
     if len(prompts) * req.n > len(rt.scheduler.slots) and req.n > 1:
@@ -193,8 +230,7 @@ async def oai_requests(rt: ModelRuntime, req: CompletionRequest) -> list[list[Ge
     groups = []
     for prompt in prompts:
         tokens = prompt_tokens(rt.model, prompt)
-        job = build_request(rt, req, tokens, n_predict=req.max_tokens, stop=req.stop, grammar=grammar,
-                            n_probs=n_probs)
+        job = build_request(rt, req, tokens, n_predict=req.max_tokens, stop=req.stop, grammar=grammar, n_probs=n_probs)
         if req.echo:
             # Evaluation harnesses score prompts this way: echo + logprobs (often max_tokens 0).
             job = replace(job, prompt_logprobs=n_probs >= 0, echo_text=rt.model.detokenize(tokens, special=True))
@@ -203,8 +239,13 @@ async def oai_requests(rt: ModelRuntime, req: CompletionRequest) -> list[list[Ge
 
 
 def _oai_envelope(rt: ModelRuntime) -> dict[str, Any]:
-    return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-            "model": rt.alias, "system_fingerprint": BUILD_INFO}
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": rt.alias,
+        "system_fingerprint": BUILD_INFO,
+    }
 
 
 def _legacy_logprobs(rt: ModelRuntime, job: GenerationRequest, result: generate.Completion) -> Any:
@@ -223,9 +264,14 @@ async def oai_complete(rt: ModelRuntime, groups: list[list[GenerationRequest]]) 
     finished = []
     for group, res in zip(groups, results):
         for job, r in zip(group, res):
-            body["choices"].append({"text": job.echo_text + r.text, "index": len(body["choices"]),
-                                    "logprobs": _legacy_logprobs(rt, job, r),
-                                    "finish_reason": generate.finish_reason(r.done)})
+            body["choices"].append(
+                {
+                    "text": job.echo_text + r.text,
+                    "index": len(body["choices"]),
+                    "logprobs": _legacy_logprobs(rt, job, r),
+                    "finish_reason": generate.finish_reason(r.done),
+                }
+            )
         finished.append([r.done for r in res])
     usages = [generate.usage(f) for f in finished]
     body["usage"] = {
@@ -238,8 +284,12 @@ async def oai_complete(rt: ModelRuntime, groups: list[list[GenerationRequest]]) 
     return body
 
 
-async def oai_stream(rt: ModelRuntime, req: CompletionRequest, group: list[GenerationRequest],
-                     events: AsyncIterator[tuple[int, TextDelta | Finished]]) -> AsyncIterator[bytes]:
+async def oai_stream(
+    rt: ModelRuntime,
+    req: CompletionRequest,
+    group: list[GenerationRequest],
+    events: AsyncIterator[tuple[int, TextDelta | Finished]],
+) -> AsyncIterator[bytes]:
     envelope = _oai_envelope(rt)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     finished: dict[int, Finished] = {}
@@ -248,14 +298,20 @@ async def oai_stream(rt: ModelRuntime, req: CompletionRequest, group: list[Gener
         if isinstance(event, TextDelta):
             lp = logprobs.legacy(rt.model, event.logprobs, offsets[index]) if group[index].n_probs >= 0 else None
             offsets[index] += len(event.text)
-            yield data_event({**envelope, "choices": [
-                {"text": event.text, "index": index, "logprobs": lp, "finish_reason": None}]})
+            yield data_event(
+                {**envelope, "choices": [{"text": event.text, "index": index, "logprobs": lp, "finish_reason": None}]}
+            )
         else:
             finished[index] = event
-            yield data_event({**envelope, "choices": [
-                {"text": "", "index": index, "logprobs": None, "finish_reason": generate.finish_reason(event)}],
-                "timings": event.timings.to_json()})
+            yield data_event(
+                {
+                    **envelope,
+                    "choices": [
+                        {"text": "", "index": index, "logprobs": None, "finish_reason": generate.finish_reason(event)}
+                    ],
+                    "timings": event.timings.to_json(),
+                }
+            )
     if include_usage and finished:
-        yield data_event({**envelope, "choices": [],
-                          "usage": generate.usage([finished[i] for i in sorted(finished)])})
+        yield data_event({**envelope, "choices": [], "usage": generate.usage([finished[i] for i in sorted(finished)])})
     yield DONE

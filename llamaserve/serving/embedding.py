@@ -19,8 +19,10 @@ MAX_INPUTS = 2048
 def _embedder(rt: ModelRuntime, *, rerank: bool = False) -> Any:
     if rt.embedder is None or (rerank and not rt.config.reranking):
         flag = "--reranking" if rerank else "--embedding"
-        raise APIError(f"This server does not support {'reranking' if rerank else 'embeddings'}. "
-                       f"Start it with `{flag}`", "not_supported_error")
+        raise APIError(
+            f"This server does not support {'reranking' if rerank else 'embeddings'}. Start it with `{flag}`",
+            "not_supported_error",
+        )
     return rt.embedder
 
 
@@ -133,6 +135,8 @@ async def rerank(rt: ModelRuntime, req: RerankRequest) -> tuple[bool, Any]:
     top = ranked[: req.top_n] if req.top_n is not None else ranked
     if req.texts is not None and req.documents is None:
         return True, [{"index": i, "score": s, **({"text": texts[i]} if req.return_text else {})} for s, i in top]
-    results = [{"index": i, "relevance_score": s, **({"document": {"text": texts[i]}} if req.return_text else {})}
-               for s, i in top]
+    results = [
+        {"index": i, "relevance_score": s, **({"document": {"text": texts[i]}} if req.return_text else {})}
+        for s, i in top
+    ]
     return False, {"model": req.model or rt.alias, "object": "list", "usage": _usage(inputs), "results": results}

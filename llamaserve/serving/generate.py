@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from llamaserve.errors import APIError
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.types import Failed, Finished, GenerationRequest, TextDelta
+from llamaserve.errors import APIError
 from llamaserve.llama.logprobs import TokenLogprob
 from llamaserve.serving.latency import RequestClock
 
@@ -53,7 +53,9 @@ async def complete(engine: EngineClient, jobs: list[GenerationRequest]) -> list[
     return out
 
 
-async def stream(engine: EngineClient, jobs: list[GenerationRequest]) -> AsyncIterator[tuple[int, TextDelta | Finished]]:
+async def stream(
+    engine: EngineClient, jobs: list[GenerationRequest]
+) -> AsyncIterator[tuple[int, TextDelta | Finished]]:
     """(choice index, event) pairs; a failure raises APIError (before or mid-stream)."""
     clock = RequestClock()
     try:

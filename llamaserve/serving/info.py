@@ -10,16 +10,27 @@ from llamaserve.llama.sampler import SamplerConfig
 from llamaserve.serving.runtime import BUILD_INFO, ModelRuntime
 
 
-def sampling_params_json(cfg: SamplerConfig, *, n_predict: int, n_keep: int = 0, stream: bool = False) -> dict[str, Any]:
+def sampling_params_json(
+    cfg: SamplerConfig, *, n_predict: int, n_keep: int = 0, stream: bool = False
+) -> dict[str, Any]:
     d = asdict(cfg)
     for key in ("logit_bias", "grammar", "dry_sequence_breakers", "samplers"):
         d.pop(key, None)
-    d.update({
-        "seed": cfg.seed if cfg.seed >= 0 else 4294967295,
-        "max_tokens": n_predict, "n_predict": n_predict, "n_keep": n_keep, "n_discard": 0,
-        "stream": stream, "samplers": list(cfg.samplers), "speculative.types": "none",
-        "timings_per_token": False, "post_sampling_probs": False, "lora": [],
-    })
+    d.update(
+        {
+            "seed": cfg.seed if cfg.seed >= 0 else 4294967295,
+            "max_tokens": n_predict,
+            "n_predict": n_predict,
+            "n_keep": n_keep,
+            "n_discard": 0,
+            "stream": stream,
+            "samplers": list(cfg.samplers),
+            "speculative.types": "none",
+            "timings_per_token": False,
+            "post_sampling_probs": False,
+            "lora": [],
+        }
+    )
     return d
 
 
@@ -54,26 +65,49 @@ def models(rt: ModelRuntime) -> dict[str, Any]:
     info = rt.info
     name = rt.alias
     return {
-        "models": [{
-            "name": name, "model": name, "modified_at": "", "size": "", "digest": "", "type": "model",
-            "description": "", "tags": [""], "capabilities": ["completion"], "parameters": "",
-            "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
-                        "parameter_size": "", "quantization_level": ""},
-        }],
+        "models": [
+            {
+                "name": name,
+                "model": name,
+                "modified_at": "",
+                "size": "",
+                "digest": "",
+                "type": "model",
+                "description": "",
+                "tags": [""],
+                "capabilities": ["completion"],
+                "parameters": "",
+                "details": {
+                    "parent_model": "",
+                    "format": "gguf",
+                    "family": "",
+                    "families": [""],
+                    "parameter_size": "",
+                    "quantization_level": "",
+                },
+            }
+        ],
         "object": "list",
-        "data": [{
-            "id": name,
-            "aliases": list(rt.config.alias[1:]),
-            "tags": [],
-            "object": "model",
-            "created": rt.created,
-            "owned_by": "llamacpp",
-            "meta": {
-                "vocab_type": info.vocab_type, "n_vocab": info.n_vocab, "n_ctx": rt.n_ctx_slot,
-                "n_ctx_train": info.n_ctx_train, "n_embd": info.n_embd, "n_params": info.n_params,
-                "size": info.size_bytes, "ftype": info.ftype,
-            },
-        }],
+        "data": [
+            {
+                "id": name,
+                "aliases": list(rt.config.alias[1:]),
+                "tags": [],
+                "object": "model",
+                "created": rt.created,
+                "owned_by": "llamacpp",
+                "meta": {
+                    "vocab_type": info.vocab_type,
+                    "n_vocab": info.n_vocab,
+                    "n_ctx": rt.n_ctx_slot,
+                    "n_ctx_train": info.n_ctx_train,
+                    "n_embd": info.n_embd,
+                    "n_params": info.n_params,
+                    "size": info.size_bytes,
+                    "ftype": info.ftype,
+                },
+            }
+        ],
     }
 
 
@@ -89,19 +123,23 @@ def slot_json(rt: ModelRuntime, slot: Slot) -> dict[str, Any]:
     }
     if slot.last_task_id >= 0:
         n_prompt = len(slot.prompt)
-        out.update({
-            "id_task": slot.last_task_id,
-            "n_prompt_tokens": n_prompt,
-            "n_prompt_tokens_processed": max(0, min(slot.n_past, n_prompt) - slot.n_cached),
-            "n_prompt_tokens_cache": slot.n_cached,
-            "params": sampling_params_json(cfg, n_predict=n_predict),
-            "next_token": [{
-                "has_next_token": slot.busy,
-                "has_new_line": "\n" in slot.stream.text,
-                "n_remain": (n_predict - len(slot.generated)) if n_predict >= 0 else -1,
-                "n_decoded": len(slot.generated),
-            }],
-        })
+        out.update(
+            {
+                "id_task": slot.last_task_id,
+                "n_prompt_tokens": n_prompt,
+                "n_prompt_tokens_processed": max(0, min(slot.n_past, n_prompt) - slot.n_cached),
+                "n_prompt_tokens_cache": slot.n_cached,
+                "params": sampling_params_json(cfg, n_predict=n_predict),
+                "next_token": [
+                    {
+                        "has_next_token": slot.busy,
+                        "has_new_line": "\n" in slot.stream.text,
+                        "n_remain": (n_predict - len(slot.generated)) if n_predict >= 0 else -1,
+                        "n_decoded": len(slot.generated),
+                    }
+                ],
+            }
+        )
     return out
 
 

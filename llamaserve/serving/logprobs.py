@@ -21,8 +21,13 @@ def _entry(model: Model, token: int, logprob: float, with_id: bool) -> dict[str,
 
 
 def _entries(model: Model, items: list[TokenLogprob], with_id: bool) -> list[dict[str, Any]]:
-    return [{**_entry(model, lp.token, lp.logprob, with_id),
-             "top_logprobs": [_entry(model, tok, value, with_id) for tok, value in lp.top]} for lp in items]
+    return [
+        {
+            **_entry(model, lp.token, lp.logprob, with_id),
+            "top_logprobs": [_entry(model, tok, value, with_id) for tok, value in lp.top],
+        }
+        for lp in items
+    ]
 
 
 def openai_chat(model: Model, items: list[TokenLogprob]) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ class LoraScales:
     def parse(self, entries: Any) -> list[float]:
         """`[{"id": 0, "scale": 0.5}, ...]` → a scale per adapter; adapters not listed get 0, as in llama-server."""
         if not isinstance(entries, list):
-            raise APIError("'lora' must be a list of {\"id\", \"scale\"} objects")
+            raise APIError('\'lora\' must be a list of {"id", "scale"} objects')
         scales = [0.0] * len(self.paths)
         for entry in entries:
             if not isinstance(entry, dict) or "id" not in entry or "scale" not in entry:
@@ -29,8 +29,7 @@ class LoraScales:
             lid, scale = entry["id"], entry["scale"]
             if not isinstance(lid, int) or isinstance(lid, bool) or not 0 <= lid < len(self.paths):
                 raise APIError(f"invalid LoRA adapter id {lid!r}: {len(self.paths)} adapter(s) are loaded")
-            if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale != scale \
-                    or abs(scale) > 100:
+            if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale != scale or abs(scale) > 100:
                 raise APIError(f"invalid scale for LoRA adapter {lid}: a number between -100 and 100")
             scales[lid] = float(scale)
         return scales

@@ -24,9 +24,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from llamaserve.errors import APIError, validation_message
 from llamaserve.api.sse import named_event
 from llamaserve.engine.types import Event, Finished, GenerationRequest, TextDelta
+from llamaserve.errors import APIError, validation_message
 from llamaserve.protocol.anthropic import AnthropicMessage, AnthropicTool, CountTokensRequest, ToolChoice
 from llamaserve.protocol.common import SamplingFields
 from llamaserve.protocol.openai import ChatCompletionRequest
@@ -65,8 +65,9 @@ class FinishTap:
         return dataclasses.replace(rt, engine=self)
 
 
-async def tapped(events: AsyncIterator[tuple[int, TextDelta | Finished]],
-                 tap: FinishTap) -> AsyncIterator[tuple[int, TextDelta | Finished]]:
+async def tapped(
+    events: AsyncIterator[tuple[int, TextDelta | Finished]], tap: FinishTap
+) -> AsyncIterator[tuple[int, TextDelta | Finished]]:
     """Pass engine events through, remembering Finished ones in tap."""
     async for index, event in events:
         if isinstance(event, Finished):
@@ -122,8 +123,22 @@ def thinking_signature(text: str) -> str:
 
 # ---------------------------------------------------------------- request
 # Fields of the Anthropic request that are translated, not forwarded as they are.
-_OWN_FIELDS = {"model", "messages", "system", "tools", "tool_choice", "thinking", "max_tokens",
-               "stop_sequences", "metadata", "output_config", "stream", "top_k", "top_p", "temperature"}
+_OWN_FIELDS = {
+    "model",
+    "messages",
+    "system",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "max_tokens",
+    "stop_sequences",
+    "metadata",
+    "output_config",
+    "stream",
+    "top_k",
+    "top_p",
+    "temperature",
+}
 
 
 def _where(*path: Any) -> str:
@@ -139,8 +154,10 @@ def _text_of(block: dict[str, Any], where: str) -> str:
 
 def _unsupported_media(kind: str, where: str) -> APIError:
     if kind == "image":
-        return APIError(f"{where}: image input is not supported: the loaded model has no vision projector "
-                        "(llama-server needs --mmproj for images)")
+        return APIError(
+            f"{where}: image input is not supported: the loaded model has no vision projector "
+            "(llama-server needs --mmproj for images)"
+        )
     return APIError(f"{where}: content blocks of type '{kind}' are not supported")
 
 
@@ -196,8 +213,9 @@ def _user_message(content: str | list[dict[str, Any]], i: int) -> list[dict[str,
             call_id = block.get("tool_use_id")
             if not isinstance(call_id, str) or not call_id:
                 raise APIError(f"{where}: a tool_result block needs 'tool_use_id'")
-            tool_messages.append({"role": "tool", "tool_call_id": call_id,
-                                  "content": _tool_result_content(block, where)})
+            tool_messages.append(
+                {"role": "tool", "tool_call_id": call_id, "content": _tool_result_content(block, where)}
+            )
         elif kind in ("thinking", "redacted_thinking"):
             continue
         else:
@@ -233,8 +251,13 @@ def _assistant_message(content: str | list[dict[str, Any]], i: int) -> dict[str,
             arguments = block.get("input", {})
             if not isinstance(arguments, dict):
                 raise APIError(f"{where}.input: expected an object")
-            calls.append({"id": str(block.get("id") or new_id("toolu_")), "type": "function",
-                          "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}})
+            calls.append(
+                {
+                    "id": str(block.get("id") or new_id("toolu_")),
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+                }
+            )
         else:
             raise _unsupported_media(kind, where)
     message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) if texts or not calls else None}
@@ -259,10 +282,14 @@ def _tools(tools: list[AnthropicTool]) -> list[dict[str, Any]]:
     out = []
     for i, tool in enumerate(tools):
         if tool.type not in (None, "custom"):
-            raise APIError(f"tools.{i}: server tools ('{tool.type}') are not supported; "
-                           "define client tools with name, description and input_schema")
-        function: dict[str, Any] = {"name": tool.name,
-                                    "parameters": tool.input_schema or {"type": "object", "properties": {}}}
+            raise APIError(
+                f"tools.{i}: server tools ('{tool.type}') are not supported; "
+                "define client tools with name, description and input_schema"
+            )
+        function: dict[str, Any] = {
+            "name": tool.name,
+            "parameters": tool.input_schema or {"type": "object", "properties": {}},
+        }
         if tool.description:
             function["description"] = tool.description
         out.append({"type": "function", "function": function})
@@ -316,17 +343,20 @@ def to_chat_request(req: CountTokensRequest) -> ChatCompletionRequest:
         fmt = req.output_config.format
         if fmt is not None:
             if fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
-                raise APIError("output_config.format: expected {\"type\": \"json_schema\", \"schema\": {...}}")
-            data["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": "output", "schema": fmt["schema"]}}
+                raise APIError('output_config.format: expected {"type": "json_schema", "schema": {...}}')
+            data["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": fmt["schema"]},
+            }
         if req.output_config.effort is not None:
             data.setdefault("reasoning_effort", req.output_config.effort)
     return build_chat_request(data)
 
 
 # --------------------------------------------------------------- response
-def stop_reason(finish_reason: str | None, finished: Finished | None, stops: list[str] | None,
-                called_tools: bool) -> tuple[str, str | None]:
+def stop_reason(
+    finish_reason: str | None, finished: Finished | None, stops: list[str] | None, called_tools: bool
+) -> tuple[str, str | None]:
     """(stop_reason, stop_sequence). Truncation wins over a half-written tool call."""
     if finish_reason == "length":
         return "max_tokens", None
@@ -341,8 +371,12 @@ def usage(oai: dict[str, Any]) -> dict[str, int]:
     """Anthropic usage: input_tokens excludes the part read from the prompt cache."""
     prompt = int(oai.get("prompt_tokens", 0))
     cached = int((oai.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
-    return {"input_tokens": prompt - cached, "output_tokens": int(oai.get("completion_tokens", 0)),
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
+    return {
+        "input_tokens": prompt - cached,
+        "output_tokens": int(oai.get("completion_tokens", 0)),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
 
 
 def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -357,25 +391,41 @@ def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
         blocks.append({"type": "text", "text": text or ""})
     for call in calls:
         function = call.get("function") or {}
-        blocks.append({"type": "tool_use", "id": call.get("id") or new_id("toolu_"),
-                       "name": function.get("name", ""), "input": parse_arguments(function.get("arguments"))})
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id") or new_id("toolu_"),
+                "name": function.get("name", ""),
+                "input": parse_arguments(function.get("arguments")),
+            }
+        )
     return blocks
 
 
-def message_body(model: str, chat_body: dict[str, Any], finished: Finished | None,
-                 stops: list[str] | None, msg_id: str | None = None) -> dict[str, Any]:
+def message_body(
+    model: str, chat_body: dict[str, Any], finished: Finished | None, stops: list[str] | None, msg_id: str | None = None
+) -> dict[str, Any]:
     choice = chat_body["choices"][0]
     message = choice.get("message") or {}
     blocks = content_blocks(message)
-    reason, sequence = stop_reason(choice.get("finish_reason"), finished, stops,
-                                   any(b["type"] == "tool_use" for b in blocks))
-    return {"id": msg_id or new_id("msg_"), "type": "message", "role": "assistant", "model": model,
-            "content": blocks, "stop_reason": reason, "stop_sequence": sequence,
-            "usage": usage(chat_body.get("usage") or {})}
+    reason, sequence = stop_reason(
+        choice.get("finish_reason"), finished, stops, any(b["type"] == "tool_use" for b in blocks)
+    )
+    return {
+        "id": msg_id or new_id("msg_"),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": blocks,
+        "stop_reason": reason,
+        "stop_sequence": sequence,
+        "usage": usage(chat_body.get("usage") or {}),
+    }
 
 
-async def create_message(rt: ModelRuntime, req: CountTokensRequest, jobs: list[GenerationRequest],
-                         tap: FinishTap) -> dict[str, Any]:
+async def create_message(
+    rt: ModelRuntime, req: CountTokensRequest, jobs: list[GenerationRequest], tap: FinishTap
+) -> dict[str, Any]:
     body = await chat.chat_complete(tap.runtime(rt), jobs)
     return message_body(rt.alias, body, tap.finished.get(0), req.stop_sequences)
 
@@ -394,8 +444,9 @@ class MessageStream:
     to a block of its own kind.
     """
 
-    def __init__(self, model: str, input_tokens: int, stops: list[str] | None = None,
-                 msg_id: str | None = None) -> None:
+    def __init__(
+        self, model: str, input_tokens: int, stops: list[str] | None = None, msg_id: str | None = None
+    ) -> None:
         self.id = msg_id or new_id("msg_")
         self.model = model
         self.input_tokens = input_tokens
@@ -410,18 +461,30 @@ class MessageStream:
 
     # events
     def start(self) -> Events:
-        message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
-                   "stop_reason": None, "stop_sequence": None,
-                   "usage": {"input_tokens": self.input_tokens, "output_tokens": 0,
-                             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+        message = {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": self.input_tokens,
+                "output_tokens": 0,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        }
         return [("message_start", {"type": "message_start", "message": message}), ("ping", {"type": "ping"})]
 
     def _open(self, block: dict[str, Any]) -> Events:
         out = self._close()
         self.blocks.append(block)
         self.open = len(self.blocks) - 1
-        out.append(("content_block_start", {"type": "content_block_start", "index": self.open,
-                                            "content_block": dict(block)}))
+        out.append(
+            ("content_block_start", {"type": "content_block_start", "index": self.open, "content_block": dict(block)})
+        )
         return out
 
     def _close(self) -> Events:
@@ -485,8 +548,14 @@ class MessageStream:
         position = int(call.get("index", 0))
         function = call.get("function") or {}
         if position not in self.tool_blocks:
-            out += self._open({"type": "tool_use", "id": call.get("id") or new_id("toolu_"),
-                               "name": function.get("name") or "", "input": {}})
+            out += self._open(
+                {
+                    "type": "tool_use",
+                    "id": call.get("id") or new_id("toolu_"),
+                    "name": function.get("name") or "",
+                    "input": {},
+                }
+            )
             assert self.open is not None
             self.tool_blocks[position] = self.open
         index = self.tool_blocks[position]
@@ -502,17 +571,26 @@ class MessageStream:
             return []
         out = self._close()
         self.done = True
-        reason, sequence = stop_reason(self.finish_reason, self.finished, self.stops,
-                                       any(b["type"] == "tool_use" for b in self.blocks))
-        out.append(("message_delta", {"type": "message_delta",
-                                       "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                       "usage": usage(oai_usage)}))
+        reason, sequence = stop_reason(
+            self.finish_reason, self.finished, self.stops, any(b["type"] == "tool_use" for b in self.blocks)
+        )
+        out.append(
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                    "usage": usage(oai_usage),
+                },
+            )
+        )
         out.append(("message_stop", {"type": "message_stop"}))
         return out
 
 
-async def message_events(stream: MessageStream, chunks: AsyncIterator[ChatChunk],
-                         tap: FinishTap | None = None) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+async def message_events(
+    stream: MessageStream, chunks: AsyncIterator[ChatChunk], tap: FinishTap | None = None
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     for event in stream.start():
         yield event
     async for chunk in chunks:
@@ -523,9 +601,13 @@ async def message_events(stream: MessageStream, chunks: AsyncIterator[ChatChunk]
         yield event
 
 
-async def message_stream(rt: ModelRuntime, req: CountTokensRequest, jobs: list[GenerationRequest],
-                         tap: FinishTap, events: AsyncIterator[tuple[int, TextDelta | Finished]]
-                         ) -> AsyncIterator[bytes]:
+async def message_stream(
+    rt: ModelRuntime,
+    req: CountTokensRequest,
+    jobs: list[GenerationRequest],
+    tap: FinishTap,
+    events: AsyncIterator[tuple[int, TextDelta | Finished]],
+) -> AsyncIterator[bytes]:
     stream = MessageStream(rt.alias, len(jobs[0].prompt_tokens), req.stop_sequences)
     chunks = chat.chat_chunks(rt, jobs, tapped(events, tap))
     async for name, data in message_events(stream, chunks, tap):

@@ -18,17 +18,37 @@ from llamaserve.protocol.common import SamplingFields
 MAX_PROMPT_CHARS = 64 * 1024 * 1024
 
 _DIRECT_FIELDS = (
-    "temperature", "dynatemp_range", "dynatemp_exponent", "top_k", "top_p", "min_p", "typical_p",
-    "top_n_sigma", "xtc_probability", "xtc_threshold", "repeat_last_n", "repeat_penalty",
-    "presence_penalty", "frequency_penalty", "dry_multiplier", "dry_base", "dry_allowed_length",
-    "dry_penalty_last_n", "mirostat", "mirostat_tau", "mirostat_eta", "seed", "min_keep",
-    "ignore_eos", "n_probs",
+    "temperature",
+    "dynatemp_range",
+    "dynatemp_exponent",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "top_n_sigma",
+    "xtc_probability",
+    "xtc_threshold",
+    "repeat_last_n",
+    "repeat_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "dry_multiplier",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
+    "seed",
+    "min_keep",
+    "ignore_eos",
+    "n_probs",
 )
 
 
 def _samplers(value: list[str] | str) -> tuple[str, ...]:
     # A list names samplers; a string is the one-letter form of --sampling-seq.
-    names = list(value) if isinstance(value, list) else list(value)
+    names = list(value)
     out: list[str] = []
     for name in names:
         key = name.strip().lower()
@@ -72,9 +92,7 @@ def logit_bias(model: Model, raw: dict[str, Any] | list[Any]) -> tuple[tuple[int
     items = list(raw.items()) if isinstance(raw, dict) else raw
     for i, item in enumerate(items):
         where = f"logit_bias[{i}]"
-        if isinstance(item, tuple):
-            key, value = item
-        elif isinstance(item, list) and len(item) == 2:
+        if isinstance(item, tuple) or (isinstance(item, list) and len(item) == 2):
             key, value = item
         else:
             raise APIError(f"{where}: expected [token, bias]")
@@ -135,7 +153,8 @@ def prompt_tokens(model: Model, prompt: Any, *, add_special: bool = True) -> lis
 def split_prompts(prompt: Any) -> list[Any]:
     """llama-server's rule: a list holding lists, or only strings, is several prompts;
     a list holding token ids (possibly mixed with strings) is one prompt."""
-    if isinstance(prompt, list) and prompt:
-        if any(isinstance(p, list) for p in prompt) or all(isinstance(p, str) for p in prompt):
-            return list(prompt)
+    if (isinstance(prompt, list) and prompt) and (
+        any(isinstance(p, list) for p in prompt) or all(isinstance(p, str) for p in prompt)
+    ):
+        return list(prompt)
     return [prompt]

@@ -34,8 +34,9 @@ _STORED_STATUSES = ("completed", "incomplete")
 
 
 def not_found(response_id: str, param: str | None = None) -> APIError:
-    return APIError(f"Response with id '{response_id}' not found.", "invalid_request_error", status=404,
-                    extra={"param": param})
+    return APIError(
+        f"Response with id '{response_id}' not found.", "invalid_request_error", status=404, extra={"param": param}
+    )
 
 
 def _store_failed(exc: BaseException) -> APIError:
@@ -52,9 +53,13 @@ async def history(store: ResponseStore, req: ResponsesRequest) -> list[Item]:
     except ResponseNotFound as exc:
         if exc.missing == previous:
             raise not_found(previous, "previous_response_id") from None
-        raise APIError(f"Response with id '{previous}' continues response '{exc.missing}', which was deleted; "
-                       "the conversation cannot be rebuilt.", "invalid_request_error", status=404,
-                       extra={"param": "previous_response_id"}) from None
+        raise APIError(
+            f"Response with id '{previous}' continues response '{exc.missing}', which was deleted; "
+            "the conversation cannot be rebuilt.",
+            "invalid_request_error",
+            status=404,
+            extra={"param": "previous_response_id"},
+        ) from None
     except (sqlite3.Error, OSError) as exc:
         raise _store_failed(exc) from exc
 
@@ -63,9 +68,15 @@ async def remember(store: ResponseStore, req: ResponsesRequest, body: dict[str, 
     """`body` after storing it when the request asked to; `store` says whether it was."""
     if not req.store or body.get("status") not in _STORED_STATUSES:
         return {**body, "store": False}
-    stored = StoredResponse(id=body["id"], created_at=int(body["created_at"]), model=str(body["model"]),
-                            response=body, input_items=normalise_input(req.input), instructions=req.instructions,
-                            previous_response_id=req.previous_response_id)
+    stored = StoredResponse(
+        id=body["id"],
+        created_at=int(body["created_at"]),
+        model=str(body["model"]),
+        response=body,
+        input_items=normalise_input(req.input),
+        instructions=req.instructions,
+        previous_response_id=req.previous_response_id,
+    )
     try:
         await asyncio.to_thread(store.put, stored)
     except (sqlite3.Error, OSError):
@@ -114,8 +125,9 @@ async def input_items(store: ResponseStore, response_id: str, query: Mapping[str
         raise APIError("order: expected 'asc' or 'desc'", extra={"param": "order"})
     after = query.get("after") or None
     try:
-        page = await asyncio.to_thread(store.input_items, response_id, limit=limit,
-                                       order="asc" if order == "asc" else "desc", after=after)
+        page = await asyncio.to_thread(
+            store.input_items, response_id, limit=limit, order="asc" if order == "asc" else "desc", after=after
+        )
     except ResponseNotFound:
         raise not_found(response_id) from None
     except UnknownCursor as exc:

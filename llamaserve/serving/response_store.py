@@ -92,10 +92,13 @@ class ItemPage:
 
     def to_dict(self) -> dict[str, Any]:
         """OpenAI's list envelope (first_id/last_id are null on an empty page)."""
-        return {"object": "list", "data": self.data,
-                "first_id": self.data[0].get("id") if self.data else None,
-                "last_id": self.data[-1].get("id") if self.data else None,
-                "has_more": self.has_more}
+        return {
+            "object": "list",
+            "data": self.data,
+            "first_id": self.data[0].get("id") if self.data else None,
+            "last_id": self.data[-1].get("id") if self.data else None,
+            "has_more": self.has_more,
+        }
 
 
 def default_db_path() -> Path:
@@ -122,8 +125,14 @@ def normalise_input(input_: str | list[Item]) -> list[Item]:
     assistant). A string input is one user message.
     """
     if isinstance(input_, str):
-        return [{"id": _new_id("msg_"), "type": "message", "role": "user",
-                 "content": [{"type": "input_text", "text": input_}]}]
+        return [
+            {
+                "id": _new_id("msg_"),
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": input_}],
+            }
+        ]
     items: list[Item] = []
     for raw in input_:
         item = dict(raw)
@@ -161,8 +170,9 @@ class ResponseStore:
                 conn.execute("PRAGMA synchronous=FULL")
                 version = int(conn.execute("PRAGMA user_version").fetchone()[0])
                 if version > SCHEMA_VERSION:
-                    raise sqlite3.DatabaseError(f"{self.path} was written by a newer llamaserve "
-                                                f"(schema {version} > {SCHEMA_VERSION})")
+                    raise sqlite3.DatabaseError(
+                        f"{self.path} was written by a newer llamaserve (schema {version} > {SCHEMA_VERSION})"
+                    )
                 conn.execute(_SCHEMA)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             except BaseException:
@@ -179,13 +189,21 @@ class ResponseStore:
 
     # -------------------------------------------------------------- writes
     def put(self, stored: StoredResponse) -> None:
-        row = (stored.id, stored.created_at, stored.model, stored.previous_response_id, stored.instructions,
-               json.dumps(stored.input_items, ensure_ascii=False),
-               json.dumps(stored.response, ensure_ascii=False))
+        row = (
+            stored.id,
+            stored.created_at,
+            stored.model,
+            stored.previous_response_id,
+            stored.instructions,
+            json.dumps(stored.input_items, ensure_ascii=False),
+            json.dumps(stored.response, ensure_ascii=False),
+        )
         with self._lock:
             self._connection().execute(
                 "INSERT INTO responses (id, created_at, model, previous_response_id, instructions, "
-                "input_items, response) VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+                "input_items, response) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
 
     def delete(self, response_id: str) -> bool:
         """Whether a row was deleted. Later responses that continue it keep their own rows."""
@@ -200,12 +218,22 @@ class ResponseStore:
 
     @staticmethod
     def _get(conn: sqlite3.Connection, response_id: str) -> StoredResponse | None:
-        row = conn.execute("SELECT id, created_at, model, previous_response_id, instructions, input_items, "
-                           "response FROM responses WHERE id = ?", (response_id,)).fetchone()
+        row = conn.execute(
+            "SELECT id, created_at, model, previous_response_id, instructions, input_items, "
+            "response FROM responses WHERE id = ?",
+            (response_id,),
+        ).fetchone()
         if row is None:
             return None
-        return StoredResponse(id=row[0], created_at=int(row[1]), model=row[2], previous_response_id=row[3],
-                              instructions=row[4], input_items=json.loads(row[5]), response=json.loads(row[6]))
+        return StoredResponse(
+            id=row[0],
+            created_at=int(row[1]),
+            model=row[2],
+            previous_response_id=row[3],
+            instructions=row[4],
+            input_items=json.loads(row[5]),
+            response=json.loads(row[6]),
+        )
 
     def chain(self, response_id: str) -> tuple[list[StoredResponse], str | None]:
         """The response and its ancestors, oldest first, and the first missing ancestor's id (or None).
@@ -249,8 +277,9 @@ class ResponseStore:
             raise ResponseNotFound(missing)
         return _conversation(responses)
 
-    def input_items(self, response_id: str, *, limit: int = 20, order: Order = "desc",
-                    after: str | None = None) -> ItemPage:
+    def input_items(
+        self, response_id: str, *, limit: int = 20, order: Order = "desc", after: str | None = None
+    ) -> ItemPage:
         """One page of the items used to generate `response_id`: its ancestors' inputs and outputs, then its input.
 
         A deleted ancestor ends the listing there (what survives is listed).
@@ -268,7 +297,7 @@ class ResponseStore:
             if after not in ids:
                 raise UnknownCursor(f"after: no item '{after}' among the input items of {response_id}")
             start = ids.index(after) + 1
-        page = items[start:start + limit]
+        page = items[start : start + limit]
         return ItemPage(page, has_more=start + limit < len(items))
 
 

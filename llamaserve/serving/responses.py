@@ -16,9 +16,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from llamaserve.errors import APIError
 from llamaserve.api.sse import named_event
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
+from llamaserve.errors import APIError
 from llamaserve.protocol.responses import ResponsesRequest
 from llamaserve.serving import chat
 from llamaserve.serving.chat import ChatChunk
@@ -29,20 +29,25 @@ from llamaserve.serving.runtime import ModelRuntime
 Events = list[tuple[str, dict[str, Any]]]
 TokenCounter = Callable[[str], int]
 
+
 # --------------------------------------------------------------- response
 def usage(oai: dict[str, Any], reasoning_tokens: int = 0) -> dict[str, Any]:
     prompt = int(oai.get("prompt_tokens", 0))
     completion = int(oai.get("completion_tokens", 0))
-    return {"input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": int((oai.get("prompt_tokens_details") or {})
-                                                          .get("cached_tokens", 0))},
-            "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": min(reasoning_tokens, completion)},
-            "total_tokens": prompt + completion}
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {
+            "cached_tokens": int((oai.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
+        },
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": min(reasoning_tokens, completion)},
+        "total_tokens": prompt + completion,
+    }
 
 
-def envelope(model: str, req: ResponsesRequest, resp_id: str | None = None,
-             created_at: int | None = None) -> dict[str, Any]:
+def envelope(
+    model: str, req: ResponsesRequest, resp_id: str | None = None, created_at: int | None = None
+) -> dict[str, Any]:
     """The Response object without its outcome (status, output, usage)."""
     fmt = (req.text or {}).get("format") or {"type": "text"}
     reasoning = req.reasoning or {}
@@ -74,8 +79,7 @@ def envelope(model: str, req: ResponsesRequest, resp_id: str | None = None,
 
 
 def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
-    return {"id": item_id, "type": "message", "status": status, "role": "assistant",
-            "content": [_text_part(text)]}
+    return {"id": item_id, "type": "message", "status": status, "role": "assistant", "content": [_text_part(text)]}
 
 
 def _text_part(text: str) -> dict[str, Any]:
@@ -83,25 +87,49 @@ def _text_part(text: str) -> dict[str, Any]:
 
 
 def _reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
-    return {"id": item_id, "type": "reasoning", "status": status, "summary": [],
-            "content": [{"type": "reasoning_text", "text": text}]}
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "status": status,
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    }
 
 
 def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
-            "arguments": arguments}
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
 
 
-def finish(body: dict[str, Any], output: list[dict[str, Any]], finish_reason: str | None,
-           oai_usage: dict[str, Any], reasoning_tokens: int = 0) -> dict[str, Any]:
+def finish(
+    body: dict[str, Any],
+    output: list[dict[str, Any]],
+    finish_reason: str | None,
+    oai_usage: dict[str, Any],
+    reasoning_tokens: int = 0,
+) -> dict[str, Any]:
     """body completed with its outcome; truncation makes it 'incomplete'."""
     incomplete = finish_reason == "length"
     body = dict(body)
-    body.update(status="incomplete" if incomplete else "completed", output=output,
-                incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
-                usage=usage(oai_usage, reasoning_tokens))
-    body["output_text"] = "".join(part["text"] for item in output if item["type"] == "message"
-                                  for part in item["content"] if part["type"] == "output_text")
+    body.update(
+        status="incomplete" if incomplete else "completed",
+        output=output,
+        incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
+        usage=usage(oai_usage, reasoning_tokens),
+    )
+    body["output_text"] = "".join(
+        part["text"]
+        for item in output
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )
     return body
 
 
@@ -119,8 +147,15 @@ def output_items(message: dict[str, Any], finish_reason: str | None) -> list[dic
     for call in calls:
         function = call.get("function") or {}
         arguments = function.get("arguments")
-        items.append(_call_item(new_id("fc_"), call.get("id") or new_id("call_"), function.get("name", ""),
-                                arguments if isinstance(arguments, str) else "{}", "completed"))
+        items.append(
+            _call_item(
+                new_id("fc_"),
+                call.get("id") or new_id("call_"),
+                function.get("name", ""),
+                arguments if isinstance(arguments, str) else "{}",
+                "completed",
+            )
+        )
     if items:
         items[-1]["status"] = last_status
     return items
@@ -129,6 +164,7 @@ def output_items(message: dict[str, Any], finish_reason: str | None) -> list[dic
 def _token_counter(rt: ModelRuntime) -> TokenCounter:
     def count(text: str) -> int:
         return len(rt.model.tokenize(text, add_special=False, parse_special=False)) if text else 0
+
     return count
 
 
@@ -137,14 +173,19 @@ async def create_response(rt: ModelRuntime, req: ResponsesRequest, jobs: list[Ge
     choice = body["choices"][0]
     message = choice.get("message") or {}
     reasoning_tokens = _token_counter(rt)(message.get("reasoning_content") or "")
-    return finish(envelope(rt.alias, req), output_items(message, choice.get("finish_reason")),
-                  choice.get("finish_reason"), body.get("usage") or {}, reasoning_tokens)
+    return finish(
+        envelope(rt.alias, req),
+        output_items(message, choice.get("finish_reason")),
+        choice.get("finish_reason"),
+        body.get("usage") or {},
+        reasoning_tokens,
+    )
 
 
-def input_tokens(rt: ModelRuntime, req: ResponsesRequest,
-                 history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"object": "response.input_tokens",
-            "input_tokens": count_prompt_tokens(rt, to_chat_request(req, history))}
+def input_tokens(
+    rt: ModelRuntime, req: ResponsesRequest, history: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {"object": "response.input_tokens", "input_tokens": count_prompt_tokens(rt, to_chat_request(req, history))}
 
 
 # -------------------------------------------------------------- streaming
@@ -173,8 +214,10 @@ class ResponseStream:
         return kind, event
 
     def start(self) -> Events:
-        return [self._event("response.created", response=dict(self.body)),
-                self._event("response.in_progress", response=dict(self.body))]
+        return [
+            self._event("response.created", response=dict(self.body)),
+            self._event("response.in_progress", response=dict(self.body)),
+        ]
 
     def _open(self, item: dict[str, Any]) -> Events:
         out = self._close()
@@ -185,11 +228,25 @@ class ResponseStream:
             added["content"] = []
         out.append(self._event("response.output_item.added", output_index=self.open, item=added))
         if item["type"] == "message":
-            out.append(self._event("response.content_part.added", item_id=item["id"], output_index=self.open,
-                                   content_index=0, part=_text_part("")))
+            out.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=self.open,
+                    content_index=0,
+                    part=_text_part(""),
+                )
+            )
         elif item["type"] == "reasoning":
-            out.append(self._event("response.content_part.added", item_id=item["id"], output_index=self.open,
-                                   content_index=0, part={"type": "reasoning_text", "text": ""}))
+            out.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=self.open,
+                    content_index=0,
+                    part={"type": "reasoning_text", "text": ""},
+                )
+            )
         return out
 
     def _close(self, status: str = "completed") -> Events:
@@ -201,22 +258,61 @@ class ResponseStream:
         out: Events = []
         if item["type"] == "message":
             part = item["content"][0]
-            out.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
-                                   content_index=0, text=part["text"], logprobs=[]))
-            out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
-                                   content_index=0, part=dict(part)))
+            out.append(
+                self._event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=part["text"],
+                    logprobs=[],
+                )
+            )
+            out.append(
+                self._event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=dict(part),
+                )
+            )
         elif item["type"] == "reasoning":
             part = item["content"][0]
-            out.append(self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
-                                   content_index=0, text=part["text"]))
-            out.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
-                                   content_index=0, part=dict(part)))
+            out.append(
+                self._event(
+                    "response.reasoning_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=part["text"],
+                )
+            )
+            out.append(
+                self._event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=dict(part),
+                )
+            )
         else:
-            out.append(self._event("response.function_call_arguments.done", item_id=item["id"],
-                                   output_index=index, arguments=item["arguments"]))
-        out.append(self._event("response.output_item.done", output_index=index,
-                               item={**item, "content": [dict(p) for p in item["content"]]}
-                               if "content" in item else dict(item)))
+            out.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    arguments=item["arguments"],
+                )
+            )
+        out.append(
+            self._event(
+                "response.output_item.done",
+                output_index=index,
+                item={**item, "content": [dict(p) for p in item["content"]]} if "content" in item else dict(item),
+            )
+        )
         return out
 
     def _kind_open(self, kind: str) -> bool:
@@ -238,8 +334,15 @@ class ResponseStream:
             assert self.open is not None
             item = self.output[self.open]
             item["content"][0]["text"] += reasoning
-            out.append(self._event("response.reasoning_text.delta", item_id=item["id"], output_index=self.open,
-                                   content_index=0, delta=reasoning))
+            out.append(
+                self._event(
+                    "response.reasoning_text.delta",
+                    item_id=item["id"],
+                    output_index=self.open,
+                    content_index=0,
+                    delta=reasoning,
+                )
+            )
         text = delta.get("content")
         if text:
             if not self._kind_open("message"):
@@ -247,8 +350,16 @@ class ResponseStream:
             assert self.open is not None
             item = self.output[self.open]
             item["content"][0]["text"] += text
-            out.append(self._event("response.output_text.delta", item_id=item["id"], output_index=self.open,
-                                   content_index=0, delta=text, logprobs=[]))
+            out.append(
+                self._event(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=self.open,
+                    content_index=0,
+                    delta=text,
+                    logprobs=[],
+                )
+            )
         for call in delta.get("tool_calls") or []:
             out += self._call_delta(call)
         if chunk.finish_reason is not None:
@@ -263,8 +374,11 @@ class ResponseStream:
         position = int(call.get("index", 0))
         function = call.get("function") or {}
         if position not in self.calls:
-            out += self._open(_call_item(new_id("fc_"), call.get("id") or new_id("call_"),
-                                         function.get("name") or "", "", "in_progress"))
+            out += self._open(
+                _call_item(
+                    new_id("fc_"), call.get("id") or new_id("call_"), function.get("name") or "", "", "in_progress"
+                )
+            )
             assert self.open is not None
             self.calls[position] = self.open
         index = self.calls[position]
@@ -272,8 +386,11 @@ class ResponseStream:
         if fragment:
             item = self.output[index]
             item["arguments"] += fragment
-            out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
-                                   output_index=index, delta=fragment))
+            out.append(
+                self._event(
+                    "response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=fragment
+                )
+            )
         return out
 
     def finish(self, oai_usage: dict[str, Any]) -> Events:
@@ -295,12 +412,15 @@ class ResponseStream:
         code = "server_error" if exc.status >= 500 else exc.kind
         failed = dict(self.body)
         failed.update(status="failed", output=self.output, error={"code": code, "message": exc.message})
-        return [self._event("error", code=code, message=exc.message, param=None),
-                self._event("response.failed", response=failed)]
+        return [
+            self._event("error", code=code, message=exc.message, param=None),
+            self._event("response.failed", response=failed),
+        ]
 
 
-async def response_events(stream: ResponseStream,
-                          chunks: AsyncIterator[ChatChunk]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+async def response_events(
+    stream: ResponseStream, chunks: AsyncIterator[ChatChunk]
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     for event in stream.start():
         yield event
     try:
@@ -318,9 +438,13 @@ async def response_events(stream: ResponseStream,
 FinalHook = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-async def response_stream(rt: ModelRuntime, req: ResponsesRequest, jobs: list[GenerationRequest],
-                          events: AsyncIterator[tuple[int, TextDelta | Finished]],
-                          on_final: FinalHook | None = None) -> AsyncIterator[bytes]:
+async def response_stream(
+    rt: ModelRuntime,
+    req: ResponsesRequest,
+    jobs: list[GenerationRequest],
+    events: AsyncIterator[tuple[int, TextDelta | Finished]],
+    on_final: FinalHook | None = None,
+) -> AsyncIterator[bytes]:
     """The SSE stream. `on_final` sees the finished Response before its event is sent.
 
     It runs before the last event so a client that reads the stream to its
@@ -331,4 +455,3 @@ async def response_stream(rt: ModelRuntime, req: ResponsesRequest, jobs: list[Ge
         if on_final is not None and name in ("response.completed", "response.incomplete"):
             data = {**data, "response": await on_final(data["response"])}
         yield named_event(name, data)
-

@@ -16,12 +16,35 @@ from llamaserve.protocol.openai import ChatCompletionRequest
 from llamaserve.protocol.responses import ResponsesRequest
 from llamaserve.serving.messages import build_chat_request, forwarded_fields
 
-
-_OWN_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
-               "max_output_tokens", "text", "reasoning", "stream", "previous_response_id", "conversation",
-               "background", "metadata", "temperature", "top_p", "store", "include", "truncation", "user",
-               "prompt_cache_key", "safety_identifier", "service_tier", "top_logprobs", "prompt",
-               "max_tool_calls", "stream_options"}
+_OWN_FIELDS = {
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "max_output_tokens",
+    "text",
+    "reasoning",
+    "stream",
+    "previous_response_id",
+    "conversation",
+    "background",
+    "metadata",
+    "temperature",
+    "top_p",
+    "store",
+    "include",
+    "truncation",
+    "user",
+    "prompt_cache_key",
+    "safety_identifier",
+    "service_tier",
+    "top_logprobs",
+    "prompt",
+    "max_tool_calls",
+    "stream_options",
+}
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 
@@ -37,8 +60,10 @@ def _part_text(part: Any, where: str) -> str:
             raise APIError(f"{where}: a '{kind}' part needs a string 'text'")
         return text
     if kind in ("input_image", "input_file", "input_audio"):
-        raise APIError(f"{where}: '{kind}' input is not supported: the loaded model has no multimodal projector "
-                       "(llama-server needs --mmproj for images and audio)")
+        raise APIError(
+            f"{where}: '{kind}' input is not supported: the loaded model has no multimodal projector "
+            "(llama-server needs --mmproj for images and audio)"
+        )
     raise APIError(f"{where}: unsupported content part type '{kind}'")
 
 
@@ -118,20 +143,28 @@ def _input_messages(items: list[dict[str, Any]], n_history: int = 0) -> list[dic
                 raise APIError(f"{where}.arguments: expected a JSON string")
             turn = assistant_turn()
             turn.setdefault("tool_calls", []).append(
-                {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            )
         elif kind == "function_call_output":
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise APIError(f"{where}: a function_call_output item needs a 'call_id'")
-            messages.append({"role": "tool", "tool_call_id": call_id,
-                             "content": _output_text(item.get("output", ""), f"{where}.output")})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": _output_text(item.get("output", ""), f"{where}.output"),
+                }
+            )
         elif kind == "reasoning":
             text = _reasoning_text(item)
             if text:
                 reasoning.append(text)
         elif kind == "item_reference":
-            raise APIError(f"{where}: item_reference is not supported; send the full items, or continue a "
-                           "stored response with previous_response_id")
+            raise APIError(
+                f"{where}: item_reference is not supported; send the full items, or continue a "
+                "stored response with previous_response_id"
+            )
         else:
             raise APIError(f"{where}: input items of type '{kind}' are not supported")
     for m in messages:
@@ -149,8 +182,10 @@ def _tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         name = tool.get("name")
         if not isinstance(name, str) or not name:
             raise APIError(f"tools.{i}: a function tool needs a 'name'")
-        function: dict[str, Any] = {"name": name,
-                                    "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+        function: dict[str, Any] = {
+            "name": name,
+            "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
+        }
         if tool.get("description"):
             function["description"] = tool["description"]
         if tool.get("strict") is not None:
@@ -198,8 +233,10 @@ def _response_format(text: dict[str, Any]) -> dict[str, Any] | None:
 
 def check_supported(req: ResponsesRequest) -> None:
     if req.conversation is not None:
-        raise APIError("conversation is not supported (there are no Conversations objects here); continue a "
-                       "stored response with previous_response_id or send the whole conversation in 'input'")
+        raise APIError(
+            "conversation is not supported (there are no Conversations objects here); continue a "
+            "stored response with previous_response_id or send the whole conversation in 'input'"
+        )
     if req.background:
         raise APIError("background responses are not supported")
 

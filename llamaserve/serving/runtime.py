@@ -22,12 +22,12 @@ from llamaserve.engine.runner import LlamaRunner
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.slot_files import SlotFiles
 from llamaserve.errors import APIError
-from llamaserve.serving.lora import LoraScales
-from llamaserve.serving.lora import from_config as lora_from_config
 from llamaserve.llama.context import Context, ContextSettings
 from llamaserve.llama.embed import Embedder
 from llamaserve.llama.lora import LoraAdapter, LoraError, load_adapters
 from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, ModelInfo
+from llamaserve.serving.lora import LoraScales
+from llamaserve.serving.lora import from_config as lora_from_config
 
 if TYPE_CHECKING:  # serving/sleep.py imports this module
     from llamaserve.serving.sleep import Snapshot
@@ -63,8 +63,9 @@ class ModelRuntime:
     def require_generation(self) -> None:
         """Embedding and reranking servers do not generate, as in llama-server."""
         if self.embedder is not None:
-            raise APIError("This server does not support completions. Start it without `--embeddings`",
-                           "not_supported_error")
+            raise APIError(
+                "This server does not support completions. Start it without `--embeddings`", "not_supported_error"
+            )
 
     @property
     def tool_format(self) -> ToolFormat:
@@ -130,8 +131,11 @@ def _ui_settings(config: ServerConfig) -> dict[str, Any]:
 
 def cache_policy(config: ServerConfig) -> CachePolicy:
     ram = config.cache_ram_mib
-    return CachePolicy(cache_reuse=config.cache_reuse, context_shift=config.context_shift,
-                       cache_ram_bytes=ram * 1024 * 1024 if ram > 0 else ram)
+    return CachePolicy(
+        cache_reuse=config.cache_reuse,
+        context_shift=config.context_shift,
+        cache_ram_bytes=ram * 1024 * 1024 if ram > 0 else ram,
+    )
 
 
 def load_runtime(config: ServerConfig) -> ModelRuntime:
@@ -160,15 +164,23 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
     except LoraError as exc:
         raise ConfigError(str(exc)) from exc
     runner = LlamaRunner(model, context, adapters)
-    scheduler = Scheduler(runner, n_slots, slot_prompt_similarity=config.slot_prompt_similarity,
-                          cache=cache_policy(config))
+    scheduler = Scheduler(
+        runner, n_slots, slot_prompt_similarity=config.slot_prompt_similarity, cache=cache_policy(config)
+    )
     if not settings.embeddings:
         context.warm_up(model.bos if model.bos >= 0 else 0)
     slot_files = None
     if config.slot_save_path:
-        slot_files = SlotFiles(scheduler, config.slot_save_path, {
-            "file": os.path.basename(config.model), "size": os.path.getsize(config.model),
-            "n_ctx_seq": context.n_ctx_seq, "n_slots": n_slots})
+        slot_files = SlotFiles(
+            scheduler,
+            config.slot_save_path,
+            {
+                "file": os.path.basename(config.model),
+                "size": os.path.getsize(config.model),
+                "n_ctx_seq": context.n_ctx_seq,
+                "n_slots": n_slots,
+            },
+        )
         if config.cache_persist:
             slot_files.load_all()  # before the scheduler thread starts: nothing else touches the KV yet
     source = _template_source(config, model)
@@ -183,13 +195,29 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
         kwargs = _json_object(config.chat_template_kwargs, "--chat-template-kwargs")
     ui_settings = _ui_settings(config)
     scheduler.start()
-    log.info("model loaded in %.2f s: %s, %d slots x %d tokens of context",
-             time.perf_counter() - t0, info.description, n_slots, context.n_ctx_seq)
-    return ModelRuntime(config=config, model=model, context=context, scheduler=scheduler,
-                        engine=EngineClient(scheduler), template=template, template_source=source,
-                        info=info, chat_template_kwargs=kwargs, ui_settings=ui_settings,
-                        embedder=Embedder(context) if settings.embeddings else None, slot_files=slot_files,
-                        lora=lora_from_config(config.lora, config.lora_init_without_apply), adapters=adapters)
+    log.info(
+        "model loaded in %.2f s: %s, %d slots x %d tokens of context",
+        time.perf_counter() - t0,
+        info.description,
+        n_slots,
+        context.n_ctx_seq,
+    )
+    return ModelRuntime(
+        config=config,
+        model=model,
+        context=context,
+        scheduler=scheduler,
+        engine=EngineClient(scheduler),
+        template=template,
+        template_source=source,
+        info=info,
+        chat_template_kwargs=kwargs,
+        ui_settings=ui_settings,
+        embedder=Embedder(context) if settings.embeddings else None,
+        slot_files=slot_files,
+        lora=lora_from_config(config.lora, config.lora_init_without_apply),
+        adapters=adapters,
+    )
 
 
 @dataclass

@@ -106,8 +106,9 @@ def _return_memory() -> None:
 class IdleSleeper:
     """Unloads the runtime after `idle_seconds` without tasks and reloads it on demand."""
 
-    def __init__(self, state: ServerState, idle_seconds: float,
-                 loader: Callable[[ServerConfig], ModelRuntime] = load_runtime) -> None:
+    def __init__(
+        self, state: ServerState, idle_seconds: float, loader: Callable[[ServerConfig], ModelRuntime] = load_runtime
+    ) -> None:
         self.state = state
         self.idle_seconds = idle_seconds
         self.loader = loader
@@ -187,7 +188,7 @@ class IdleSleeper:
                     await asyncio.wait_for(self._poke.wait(), delay)
                 except TimeoutError:
                     pass
-            except Exception:  # noqa: BLE001 -- the watcher must outlive any one failure
+            except Exception:
                 log.exception("idle watcher")
                 await asyncio.sleep(1.0)
 
@@ -197,9 +198,13 @@ class IdleSleeper:
         Called only when no task is in flight; a task arriving from here on
         waits for the freeing to finish and then reloads.
         """
-        self.state.asleep = Snapshot(props={**info.props(rt), "is_sleeping": True}, models=info.models(rt),
-                                     stats=rt.scheduler.stats, created=rt.created,
-                                     lora_scales=list(rt.lora.scales))
+        self.state.asleep = Snapshot(
+            props={**info.props(rt), "is_sleeping": True},
+            models=info.models(rt),
+            stats=rt.scheduler.stats,
+            created=rt.created,
+            lora_scales=list(rt.lora.scales),
+        )
         self.state.runtime = None
         idle = time.monotonic() - self._last_active
 
@@ -207,11 +212,15 @@ class IdleSleeper:
             before = rss_bytes()
             try:
                 await asyncio.to_thread(_free, rt)
-            except Exception:  # noqa: BLE001 -- still asleep; the next task loads afresh
+            except Exception:
                 log.exception("freeing the model for sleep failed")
             await asyncio.to_thread(_return_memory)
-            log.info("sleeping after %.1f s idle: model and context freed (RSS %s -> %s MiB)",
-                     idle, _mib(before), _mib(rss_bytes()))
+            log.info(
+                "sleeping after %.1f s idle: model and context freed (RSS %s -> %s MiB)",
+                idle,
+                _mib(before),
+                _mib(rss_bytes()),
+            )
 
         self._begin_transition(release())
 

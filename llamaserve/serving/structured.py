@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from llamaserve.errors import APIError
 from llamaserve.chat.json_schema import SchemaError, json_grammar, schema_to_grammar
+from llamaserve.errors import APIError
 from llamaserve.llama.model import Model
 from llamaserve.llama.sampler import GrammarError, check_grammar
 
@@ -45,15 +45,24 @@ def _convert(schema: Any, where: str) -> str:
         raise APIError(f"{where}: {exc}") from None
 
 
-async def resolve_grammar(model: Model, *, grammar: str | None = None, json_schema: Any = None,
-                          response_format: dict[str, Any] | None = None) -> str | None:
+async def resolve_grammar(
+    model: Model, *, grammar: str | None = None, json_schema: Any = None, response_format: dict[str, Any] | None = None
+) -> str | None:
     """The grammar a request asks for, checked by llama.cpp; None when unconstrained."""
     constrained_rf, rf_schema = _schema_from_response_format(response_format) if response_format else (False, None)
-    asked = [name for name, on in (("grammar", grammar is not None), ("json_schema", json_schema is not None),
-                                   ("response_format", constrained_rf)) if on]
+    asked = [
+        name
+        for name, on in (
+            ("grammar", grammar is not None),
+            ("json_schema", json_schema is not None),
+            ("response_format", constrained_rf),
+        )
+        if on
+    ]
     if len(asked) > 1:
-        raise APIError(f"only one of grammar, json_schema and response_format may constrain output "
-                       f"(got {', '.join(asked)})")
+        raise APIError(
+            f"only one of grammar, json_schema and response_format may constrain output (got {', '.join(asked)})"
+        )
     if not asked:
         return None
     if grammar is not None:
@@ -67,6 +76,9 @@ async def resolve_grammar(model: Model, *, grammar: str | None = None, json_sche
     try:
         await asyncio.to_thread(check_grammar, model, text)
     except GrammarError:
-        raise APIError("Failed to parse grammar" if grammar is not None else
-                       "the grammar built from the JSON schema was rejected by llama.cpp") from None
+        raise APIError(
+            "Failed to parse grammar"
+            if grammar is not None
+            else "the grammar built from the JSON schema was rejected by llama.cpp"
+        ) from None
     return text

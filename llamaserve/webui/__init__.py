@@ -21,15 +21,23 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 # Module scripts are refused unless served with a JavaScript type, and some systems' MIME tables
 # map .js to text/plain: set the types the page needs explicitly.
-for _ext, _type in ((".js", "text/javascript"), (".mjs", "text/javascript"), (".css", "text/css"),
-                    (".svg", "image/svg+xml"), (".woff2", "font/woff2"), (".json", "application/json")):
+for _ext, _type in (
+    (".js", "text/javascript"),
+    (".mjs", "text/javascript"),
+    (".css", "text/css"),
+    (".svg", "image/svg+xml"),
+    (".woff2", "font/woff2"),
+    (".json", "application/json"),
+):
     mimetypes.add_type(_type, _ext)
 
 # What the page needs and nothing more: its own scripts, styles and fonts; inline style attributes
 # (KaTeX positions glyphs with them); fetch to the same origin.
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-       "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
-       "form-action 'self'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+    "form-action 'self'"
+)
 
 
 def headers_for(path: str) -> dict[str, str]:
@@ -47,8 +55,9 @@ def static_files() -> Any:
     from starlette.staticfiles import StaticFiles
 
     class UIStaticFiles(StaticFiles):
-        def file_response(self, full_path: str | os.PathLike[str], stat_result: os.stat_result,
-                          scope: Any, status_code: int = 200) -> Any:
+        def file_response(
+            self, full_path: str | os.PathLike[str], stat_result: os.stat_result, scope: Any, status_code: int = 200
+        ) -> Any:
             response = super().file_response(full_path, stat_result, scope, status_code)
             response.headers.update(headers_for(str(full_path)))
             return response

@@ -35,14 +35,14 @@ class RunningServer:
         return self.log_path.read_text(errors="replace")
 
 
-def start_server(args: list[str], tmp: Path, *, env: dict[str, str] | None = None,
-                 timeout: float = 120.0, ready_scheme: str = "http") -> RunningServer:
+def start_server(
+    args: list[str], tmp: Path, *, env: dict[str, str] | None = None, timeout: float = 120.0, ready_scheme: str = "http"
+) -> RunningServer:
     port = free_port()
     log_path = tmp / f"server-{port}.log"
     cmd = [sys.executable, "-m", "llamaserve", "--port", str(port), *args]
-    log_file = open(log_path, "wb")
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT,
-                            env={**os.environ, **(env or {})})
+    log_file = open(log_path, "wb")  # noqa: SIM115 -- the server process writes to it until it stops
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -79,8 +79,23 @@ def server(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """8 slots of 1024 tokens each, 2 threads: the shape the issue's tests ask for."""
     tmp = tmp_path_factory.mktemp("server")
     # Stored responses go to the test's own file, not the user's cache directory.
-    srv = start_server(["-m", model_path, "-np", "8", "-c", "8192", "-t", "2", "--temp", "0.8",
-                        "--responses-db", str(tmp / "responses.sqlite3")], tmp)
+    srv = start_server(
+        [
+            "-m",
+            model_path,
+            "-np",
+            "8",
+            "-c",
+            "8192",
+            "-t",
+            "2",
+            "--temp",
+            "0.8",
+            "--responses-db",
+            str(tmp / "responses.sqlite3"),
+        ],
+        tmp,
+    )
     yield srv
     stop_server(srv)
 

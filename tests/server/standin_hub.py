@@ -109,8 +109,9 @@ class StandInHub:
             if repo not in self.repos:
                 self._json(h, 401, {"error": "Repository not found"}, head)
                 return
-            self._json(h, 200, {"id": repo, "sha": COMMIT,
-                                "siblings": [{"rfilename": f} for f in self.repos[repo]]}, head)
+            self._json(
+                h, 200, {"id": repo, "sha": COMMIT, "siblings": [{"rfilename": f} for f in self.repos[repo]]}, head
+            )
         elif len(parts) >= 5 and parts[2] == "resolve":
             repo, name = "/".join(parts[:2]), "/".join(parts[4:])
             if name not in self.repos.get(repo, {}):
@@ -187,7 +188,7 @@ class StandInHub:
                         h.wfile.write(block)
                         left -= len(block)
             else:
-                h.wfile.write(source[start:start + limit])
+                h.wfile.write(source[start : start + limit])
         except (BrokenPipeError, ConnectionResetError):
             pass
         h.close_connection = True

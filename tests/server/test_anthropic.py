@@ -16,8 +16,8 @@ import httpx
 import httpx2
 import pytest
 
-from llamaserve.errors import APIError
 from llamaserve.engine.types import Finished, Timings
+from llamaserve.errors import APIError
 from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
 from llamaserve.serving.chat import ChatChunk
 from llamaserve.serving.messages import MessageStream, error_event, message_body, to_chat_request
@@ -39,17 +39,28 @@ def mock_client(body: bytes, content_type: str) -> anthropic.Anthropic:
     # The SDK runs on httpx2 (a fork of httpx) and refuses httpx objects.
     def handler(req: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(200, headers={"content-type": content_type}, content=body)
-    return anthropic.Anthropic(base_url="http://mock", api_key="k", max_retries=0,
-                               http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+
+    return anthropic.Anthropic(
+        base_url="http://mock",
+        api_key="k",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
 
 
 def finished(stop_type: str = "eos", word: str = "") -> Finished:
-    return Finished(stop_type=stop_type, stopping_word=word, n_prompt_tokens=20, n_cached=5, n_predicted=9,
-                    timings=Timings(), id_slot=0)
+    return Finished(
+        stop_type=stop_type,
+        stopping_word=word,
+        n_prompt_tokens=20,
+        n_cached=5,
+        n_predicted=9,
+        timings=Timings(),
+        id_slot=0,
+    )
 
 
-USAGE = {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29,
-         "prompt_tokens_details": {"cached_tokens": 5}}
+USAGE = {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29, "prompt_tokens_details": {"cached_tokens": 5}}
 
 
 def agent_chunks() -> list[ChatChunk]:
@@ -59,19 +70,42 @@ def agent_chunks() -> list[ChatChunk]:
         ChatChunk(0, {"reasoning_content": "The user wants "}),
         ChatChunk(0, {"reasoning_content": "the weather."}),
         ChatChunk(0, {"content": "Let me check."}),
-        ChatChunk(0, {"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
-                                      "function": {"name": "get_weather", "arguments": ""}}]}),
-        ChatChunk(0, {"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]}),
-        ChatChunk(0, {"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
-        ChatChunk(0, {"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
-                                      "function": {"name": "get_time", "arguments": "{}"}}]}),
+        ChatChunk(
+            0,
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_a",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ]
+            },
+        ),
+        ChatChunk(0, {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+        ChatChunk(0, {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+        ChatChunk(
+            0,
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "call_b",
+                        "type": "function",
+                        "function": {"name": "get_time", "arguments": "{}"},
+                    }
+                ]
+            },
+        ),
         ChatChunk(0, {}, finish_reason="tool_calls", timings={}),
         ChatChunk(-1, usage=USAGE),
     ]
 
 
-def run_stream(chunks: list[ChatChunk], fin: Finished | None = None,
-               stops: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+def run_stream(
+    chunks: list[ChatChunk], fin: Finished | None = None, stops: list[str] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
     stream = MessageStream("test-model", 20, stops, msg_id="msg_test")
     events = stream.start()
     for chunk in chunks:
@@ -101,20 +135,38 @@ def test_request_translation_covers_blocks_tools_and_thinking() -> None:
         system=[{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Use tools."}],
         messages=[
             {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
-            {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "Need the tool.", "signature": "sig"},
-                {"type": "text", "text": "Checking."},
-                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "Sunny"}]},
-                {"type": "text", "text": "Thanks, and now?"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Need the tool.", "signature": "sig"},
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "Sunny"}]},
+                    {"type": "text", "text": "Thanks, and now?"},
+                ],
+            },
         ],
-        tools=[{"name": "get_weather", "description": "Weather", "input_schema": {
-            "type": "object", "properties": {"city": {"type": "string"}}}}],
+        tools=[
+            {
+                "name": "get_weather",
+                "description": "Weather",
+                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+            }
+        ],
         tool_choice={"type": "any", "disable_parallel_tool_use": True},
         thinking={"type": "enabled", "budget_tokens": 512},
-        stop_sequences=["END"], max_tokens=16, temperature=0.5, top_k=7, metadata={"user_id": "u"},
-        min_p=0.1, chat_template_kwargs={"foo": 1},
+        stop_sequences=["END"],
+        max_tokens=16,
+        temperature=0.5,
+        top_k=7,
+        metadata={"user_id": "u"},
+        min_p=0.1,
+        chat_template_kwargs={"foo": 1},
     )
     chat = to_chat_request(req)
     roles = [m.role for m in chat.messages]
@@ -123,13 +175,21 @@ def test_request_translation_covers_blocks_tools_and_thinking() -> None:
     assistant = chat.messages[2]
     assert assistant.content == "Checking."
     assert assistant.reasoning_content == "Need the tool."
-    assert assistant.tool_calls == [{"id": "toolu_1", "type": "function",
-                                     "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]
+    assert assistant.tool_calls == [
+        {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    ]
     assert chat.messages[3].tool_call_id == "toolu_1" and chat.messages[3].content == "Sunny"
     assert chat.messages[4].content == "Thanks, and now?"
-    assert chat.tools == [{"type": "function", "function": {
-        "name": "get_weather", "description": "Weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    assert chat.tools == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
     assert chat.tool_choice == "required" and chat.parallel_tool_calls is False
     assert chat.chat_template_kwargs == {"foo": 1, "enable_thinking": True}
     assert (chat.model_extra or {})["reasoning_budget_tokens"] == 512
@@ -138,12 +198,15 @@ def test_request_translation_covers_blocks_tools_and_thinking() -> None:
     assert "metadata" not in (chat.model_extra or {})
 
 
-@pytest.mark.parametrize(("choice", "expected"), [
-    ({"type": "auto"}, "auto"),
-    ({"type": "none"}, "none"),
-    ({"type": "any"}, "required"),
-    ({"type": "tool", "name": "f"}, {"type": "function", "function": {"name": "f"}}),
-])
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        ({"type": "auto"}, "auto"),
+        ({"type": "none"}, "none"),
+        ({"type": "any"}, "required"),
+        ({"type": "tool", "name": "f"}, {"type": "function", "function": {"name": "f"}}),
+    ],
+)
 def test_tool_choice_mapping(choice: dict[str, Any], expected: Any) -> None:
     chat = to_chat_request(request(tools=[{"name": "f", "input_schema": {"type": "object"}}], tool_choice=choice))
     assert chat.tool_choice == expected
@@ -151,25 +214,42 @@ def test_tool_choice_mapping(choice: dict[str, Any], expected: Any) -> None:
 
 
 def test_tool_only_assistant_turn_has_null_content() -> None:
-    chat = to_chat_request(request(messages=[
-        {"role": "user", "content": "x"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]},
-    ]))
+    chat = to_chat_request(
+        request(
+            messages=[
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]},
+            ]
+        )
+    )
     assert chat.messages[1].content is None and chat.messages[1].tool_calls
     assert [m.role for m in chat.messages] == ["user", "assistant", "tool"]
 
 
-@pytest.mark.parametrize(("fields", "needle"), [
-    ({"messages": [{"role": "user", "content": [
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]},
-     "image input is not supported"),
-    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tools"),
-    ({"tool_choice": {"type": "tool"}, "tools": [{"name": "f"}]}, "requires a 'name'"),
-    ({"tool_choice": {"type": "any"}}, "requires tools"),
-    ({"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}, "tool_use_id"),
-    ({"system": [{"type": "image"}]}, "only text blocks"),
-])
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+                        ],
+                    }
+                ]
+            },
+            "image input is not supported",
+        ),
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tools"),
+        ({"tool_choice": {"type": "tool"}, "tools": [{"name": "f"}]}, "requires a 'name'"),
+        ({"tool_choice": {"type": "any"}}, "requires tools"),
+        ({"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}, "tool_use_id"),
+        ({"system": [{"type": "image"}]}, "only text blocks"),
+    ],
+)
 def test_unsupported_input_is_a_clear_error(fields: dict[str, Any], needle: str) -> None:
     with pytest.raises(APIError) as info:
         to_chat_request(request(**fields))
@@ -177,10 +257,17 @@ def test_unsupported_input_is_a_clear_error(fields: dict[str, Any], needle: str)
 
 
 def test_thinking_disabled_and_output_config() -> None:
-    chat = to_chat_request(request(thinking={"type": "disabled"}, output_config={
-        "effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}}))
+    chat = to_chat_request(
+        request(
+            thinking={"type": "disabled"},
+            output_config={"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}},
+        )
+    )
     assert chat.chat_template_kwargs == {"enable_thinking": False}
-    assert chat.response_format == {"type": "json_schema", "json_schema": {"name": "output", "schema": {"type": "object"}}}
+    assert chat.response_format == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": {"type": "object"}},
+    }
     assert chat.reasoning_effort == "low"
 
 
@@ -192,51 +279,99 @@ def test_max_tokens_is_required_for_messages_only() -> None:
 
 # --------------------------------------------------- responses, no model
 def test_message_body_from_tool_calls_and_reasoning() -> None:
-    chat_body = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": None, "reasoning_content": "think",
-        "tool_calls": [{"id": "call_1", "type": "function",
-                        "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}}], "usage": USAGE}
+    chat_body = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "reasoning_content": "think",
+                    "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+                    ],
+                },
+            }
+        ],
+        "usage": USAGE,
+    }
     body = message_body("m", chat_body, finished(), None, msg_id="msg_x")
     assert [b["type"] for b in body["content"]] == ["thinking", "tool_use"]
     assert body["content"][0]["signature"]
     assert body["content"][1] == {"type": "tool_use", "id": "call_1", "name": "f", "input": {"a": 1}}
     assert body["stop_reason"] == "tool_use" and body["stop_sequence"] is None
-    assert body["usage"] == {"input_tokens": 15, "output_tokens": 9, "cache_creation_input_tokens": 0,
-                             "cache_read_input_tokens": 5}
+    assert body["usage"] == {
+        "input_tokens": 15,
+        "output_tokens": 9,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 5,
+    }
     msg = mock_client(json.dumps(body).encode(), "application/json").messages.create(
-        model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+    )
     assert msg.content[0].type == "thinking" and msg.content[0].thinking == "think"
     assert msg.content[1].type == "tool_use" and msg.content[1].input == {"a": 1}
 
 
-@pytest.mark.parametrize(("finish", "fin", "stops", "expected"), [
-    ("length", finished("limit"), None, ("max_tokens", None)),
-    ("stop", finished("eos"), None, ("end_turn", None)),
-    ("stop", finished("word", "END"), ["END"], ("stop_sequence", "END")),
-    ("stop", finished("word", "</tool>"), ["END"], ("end_turn", None)),  # a format's own stop string
-])
+@pytest.mark.parametrize(
+    ("finish", "fin", "stops", "expected"),
+    [
+        ("length", finished("limit"), None, ("max_tokens", None)),
+        ("stop", finished("eos"), None, ("end_turn", None)),
+        ("stop", finished("word", "END"), ["END"], ("stop_sequence", "END")),
+        ("stop", finished("word", "</tool>"), ["END"], ("end_turn", None)),  # a format's own stop string
+    ],
+)
 def test_stop_reason(finish: str, fin: Finished, stops: list[str] | None, expected: tuple[str, Any]) -> None:
-    body = message_body("m", {"choices": [{"finish_reason": finish, "message": {"content": "hi"}}],
-                              "usage": USAGE}, fin, stops)
+    body = message_body(
+        "m", {"choices": [{"finish_reason": finish, "message": {"content": "hi"}}], "usage": USAGE}, fin, stops
+    )
     assert (body["stop_reason"], body["stop_sequence"]) == expected
 
 
 def test_truncated_tool_call_reports_max_tokens() -> None:
-    body = message_body("m", {"choices": [{"finish_reason": "length", "message": {
-        "content": None, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{\"a\""}}]}}]},
-        finished("limit"), None)
+    body = message_body(
+        "m",
+        {
+            "choices": [
+                {
+                    "finish_reason": "length",
+                    "message": {
+                        "content": None,
+                        "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": '{"a"'}}],
+                    },
+                }
+            ]
+        },
+        finished("limit"),
+        None,
+    )
     assert body["stop_reason"] == "max_tokens"
 
 
 def test_stream_events_for_thinking_text_and_tools() -> None:
     events = run_stream(agent_chunks())
     assert shape(events) == [
-        "message_start", "ping",
-        "start:0:thinking", "delta:0:thinking_delta", "delta:0:thinking_delta", "delta:0:signature_delta", "stop:0",
-        "start:1:text", "delta:1:text_delta", "stop:1",
-        "start:2:tool_use", "delta:2:input_json_delta", "delta:2:input_json_delta", "stop:2",
-        "start:3:tool_use", "delta:3:input_json_delta", "stop:3",
-        "message_delta", "message_stop",
+        "message_start",
+        "ping",
+        "start:0:thinking",
+        "delta:0:thinking_delta",
+        "delta:0:thinking_delta",
+        "delta:0:signature_delta",
+        "stop:0",
+        "start:1:text",
+        "delta:1:text_delta",
+        "stop:1",
+        "start:2:tool_use",
+        "delta:2:input_json_delta",
+        "delta:2:input_json_delta",
+        "stop:2",
+        "start:3:tool_use",
+        "delta:3:input_json_delta",
+        "stop:3",
+        "message_delta",
+        "message_stop",
     ]
     starts = {d["index"]: d["content_block"] for n, d in events if n == "content_block_start"}
     assert starts[2] == {"type": "tool_use", "id": "call_a", "name": "get_weather", "input": {}}
@@ -264,8 +399,11 @@ def test_sdk_accumulates_the_synthetic_stream() -> None:
 
 
 def test_stream_stop_sequence_and_empty_answer() -> None:
-    chunks = [ChatChunk(0, {"role": "assistant", "content": None}), ChatChunk(0, {}, finish_reason="stop"),
-              ChatChunk(-1, usage=USAGE)]
+    chunks = [
+        ChatChunk(0, {"role": "assistant", "content": None}),
+        ChatChunk(0, {}, finish_reason="stop"),
+        ChatChunk(-1, usage=USAGE),
+    ]
     events = run_stream(chunks, finished("word", "END"), ["END"])
     assert shape(events) == ["message_start", "ping", "start:0:text", "stop:0", "message_delta", "message_stop"]
     assert events[-2][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
@@ -289,8 +427,7 @@ def hi(text: str = "Hi") -> list[dict[str, Any]]:
 
 
 def test_create_message(client: anthropic.Anthropic) -> None:
-    msg = client.messages.create(model="any", max_tokens=16, messages=hi(), system="You are brief.",
-                                 extra_body=GREEDY)
+    msg = client.messages.create(model="any", max_tokens=16, messages=hi(), system="You are brief.", extra_body=GREEDY)
     assert msg.id.startswith("msg_") and msg.type == "message" and msg.role == "assistant"
     assert msg.content[0].type == "text" and msg.content[0].text.strip()
     assert msg.stop_reason in ("end_turn", "max_tokens") and msg.stop_sequence is None
@@ -313,8 +450,13 @@ def test_raw_stream_event_sequence(base_url: str) -> None:
     body = {"model": "m", "max_tokens": 6, "stream": True, "messages": hi(), **GREEDY}
     names: list[str] = []
     datas: list[dict[str, Any]] = []
-    with httpx.stream("POST", f"{base_url}/v1/messages", json=body, timeout=120,
-                      headers={"x-api-key": "k", "anthropic-version": "2023-06-01"}) as r:
+    with httpx.stream(
+        "POST",
+        f"{base_url}/v1/messages",
+        json=body,
+        timeout=120,
+        headers={"x-api-key": "k", "anthropic-version": "2023-06-01"},
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         for line in r.iter_lines():
             if line.startswith("event: "):
@@ -325,7 +467,9 @@ def test_raw_stream_event_sequence(base_url: str) -> None:
     assert names[:3] == ["message_start", "ping", "content_block_start"]
     assert names[-4:] == ["content_block_delta", "content_block_stop", "message_delta", "message_stop"]
     assert set(names[3:-3]) == {"content_block_delta"}
-    assert all(d["index"] == 0 and d["delta"]["type"] == "text_delta" for d in datas if d["type"] == "content_block_delta")
+    assert all(
+        d["index"] == 0 and d["delta"]["type"] == "text_delta" for d in datas if d["type"] == "content_block_delta"
+    )
     assert datas[-2]["delta"]["stop_reason"] == "max_tokens" and datas[-2]["usage"]["output_tokens"] == 6
 
 
@@ -334,12 +478,14 @@ def test_stop_sequence(client: anthropic.Anthropic) -> None:
     free = client.messages.create(model="m", max_tokens=16, messages=messages, extra_body=GREEDY)
     text = free.content[0].text
     assert "Two" in text, text
-    msg = client.messages.create(model="m", max_tokens=16, messages=messages, stop_sequences=["Two", "zzz"],
-                                 extra_body=GREEDY)
+    msg = client.messages.create(
+        model="m", max_tokens=16, messages=messages, stop_sequences=["Two", "zzz"], extra_body=GREEDY
+    )
     assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", "Two")
     assert msg.content[0].text == text[: text.index("Two")]
-    with client.messages.stream(model="m", max_tokens=16, messages=messages, stop_sequences=["Two"],
-                                extra_body=GREEDY) as s:
+    with client.messages.stream(
+        model="m", max_tokens=16, messages=messages, stop_sequences=["Two"], extra_body=GREEDY
+    ) as s:
         final = s.get_final_message()
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "Two")
 
@@ -349,35 +495,69 @@ def test_count_tokens_matches_the_real_prompt(client: anthropic.Anthropic) -> No
     counted = client.messages.count_tokens(model="m", **kwargs)
     msg = client.messages.create(model="m", max_tokens=1, extra_body=GREEDY, **kwargs)
     assert counted.input_tokens == msg.usage.input_tokens + (msg.usage.cache_read_input_tokens or 0)
-    with_tools = client.messages.count_tokens(model="m", tools=[
-        {"name": "get_weather", "description": "Get the weather", "input_schema": {"type": "object"}}], **kwargs)
+    with_tools = client.messages.count_tokens(
+        model="m",
+        tools=[{"name": "get_weather", "description": "Get the weather", "input_schema": {"type": "object"}}],
+        **kwargs,
+    )
     assert with_tools.input_tokens >= counted.input_tokens
 
 
 def test_tool_history_and_thinking_replay_are_accepted(client: anthropic.Anthropic) -> None:
-    msg = client.messages.create(model="m", max_tokens=4, extra_body=GREEDY, messages=[
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "Use the tool.", "signature": "abc"},
-            {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "Sunny"}]},
-    ])
+    msg = client.messages.create(
+        model="m",
+        max_tokens=4,
+        extra_body=GREEDY,
+        messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Use the tool.", "signature": "abc"},
+                    {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}},
+                ],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "Sunny"}]},
+        ],
+    )
     assert msg.content and msg.usage.output_tokens <= 4
 
 
-@pytest.mark.parametrize(("raw", "needle"), [
-    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(), "max_tokens"),
-    (b"{not json", "not valid JSON"),
-    (b"", "empty"),
-    (json.dumps({"model": "m", "max_tokens": 4, "messages": []}).encode(), "messages"),
-    (json.dumps({"model": "m", "max_tokens": 4, "messages": [{"role": "system", "content": "x"}]}).encode(),
-     "role"),
-    (json.dumps({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": [
-        {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}]}]}).encode(), "image"),
-])
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        (json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(), "max_tokens"),
+        (b"{not json", "not valid JSON"),
+        (b"", "empty"),
+        (json.dumps({"model": "m", "max_tokens": 4, "messages": []}).encode(), "messages"),
+        (
+            json.dumps({"model": "m", "max_tokens": 4, "messages": [{"role": "system", "content": "x"}]}).encode(),
+            "role",
+        ),
+        (
+            json.dumps(
+                {
+                    "model": "m",
+                    "max_tokens": 4,
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": [{"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}],
+                        }
+                    ],
+                }
+            ).encode(),
+            "image",
+        ),
+    ],
+)
 def test_errors_use_the_anthropic_envelope(base_url: str, raw: bytes, needle: str) -> None:
-    r = httpx.post(f"{base_url}/v1/messages", content=raw, timeout=60,
-                   headers={"content-type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"})
+    r = httpx.post(
+        f"{base_url}/v1/messages",
+        content=raw,
+        timeout=60,
+        headers={"content-type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"},
+    )
     assert r.status_code == 400, r.text
     body = r.json()
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
@@ -388,9 +568,11 @@ def test_sdk_raises_typed_errors(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as info:
         client.messages.create(model="m", max_tokens=4, messages=[])
     assert info.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
-    with pytest.raises(anthropic.BadRequestError):
-        with client.messages.stream(model="m", max_tokens=4, messages=hi("word " * 3000)) as s:
-            list(s)
+    with (
+        pytest.raises(anthropic.BadRequestError),
+        client.messages.stream(model="m", max_tokens=4, messages=hi("word " * 3000)) as s,
+    ):
+        list(s)
 
 
 def test_count_tokens_errors_are_anthropic_shaped(base_url: str) -> None:

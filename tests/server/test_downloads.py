@@ -38,12 +38,20 @@ def model_sha(model_path: str) -> str:
 
 def make_hub(model_path: str, **kwargs: object) -> StandInHub:
     # A projector and a decoy quant sit beside the real file: picking either would fail to load.
-    hub = StandInHub({
-        REPO_ID: {"README.md": b"# fake", "mmproj-SmolLM2-f16.gguf": b"GGUF not a model",
-                  Q4: Path(model_path), "SmolLM2-135M-Instruct-Q8_0.gguf": b"GGUF decoy"},
-        "fake/docs-only": {"README.md": b"# nothing to serve"},
-        "fake/split-GGUF": {f"Q2_K/m-Q2_K-{i:05d}-of-00003.gguf": b"GGUF part %d" % i for i in (1, 2, 3)},
-    }, files={"smol.gguf": Path(model_path)}, **kwargs)  # type: ignore[arg-type]
+    hub = StandInHub(
+        {
+            REPO_ID: {
+                "README.md": b"# fake",
+                "mmproj-SmolLM2-f16.gguf": b"GGUF not a model",
+                Q4: Path(model_path),
+                "SmolLM2-135M-Instruct-Q8_0.gguf": b"GGUF decoy",
+            },
+            "fake/docs-only": {"README.md": b"# nothing to serve"},
+            "fake/split-GGUF": {f"Q2_K/m-Q2_K-{i:05d}-of-00003.gguf": b"GGUF part %d" % i for i in (1, 2, 3)},
+        },
+        files={"smol.gguf": Path(model_path)},
+        **kwargs,
+    )  # type: ignore[arg-type]
     hub.start()
     return hub
 
@@ -60,19 +68,27 @@ def hub_env(hub_url: str, cache: Path) -> dict[str, str]:
 
 
 def chat(url: str) -> str:
-    r = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
-        "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4, "temperature": 0})
+    r = httpx.post(
+        f"{url}/v1/chat/completions",
+        timeout=60,
+        json={"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4, "temperature": 0},
+    )
     assert r.status_code == 200, r.text
     return str(r.json()["choices"][0]["message"]["content"])
 
 
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llamaserve", "--port", str(free_port()), *args], cwd=REPO,
-                          env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "llamaserve", "--port", str(free_port()), *args],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-def test_hf_download_then_cache_with_the_hub_down_and_offline(model_path: str, model_sha: str,
-                                                              tmp_path: Path) -> None:
+def test_hf_download_then_cache_with_the_hub_down_and_offline(model_path: str, model_sha: str, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     hub = make_hub(model_path)
     env = hub_env(hub.url, cache)
@@ -88,7 +104,10 @@ def test_hf_download_then_cache_with_the_hub_down_and_offline(model_path: str, m
             stop_server(srv)
         cached = cache / CACHED_NAME
         assert cached.is_file() and sha256(cached) == model_sha
-        assert not list(cache.glob("*.part")) and (cache / "manifest=fake=SmolLM2-135M-Instruct-GGUF=latest.json").is_file()
+        assert (
+            not list(cache.glob("*.part"))
+            and (cache / "manifest=fake=SmolLM2-135M-Instruct-GGUF=latest.json").is_file()
+        )
         # Neither the projector nor the other quant was fetched.
         assert not hub.requests_for("mmproj") and not hub.requests_for("Q8_0")
     finally:
@@ -104,8 +123,9 @@ def test_hf_download_then_cache_with_the_hub_down_and_offline(model_path: str, m
             stop_server(srv)
 
 
-def test_resume_from_a_partial_file_uses_a_range_request(hub: StandInHub, model_path: str, model_sha: str,
-                                                         tmp_path: Path) -> None:
+def test_resume_from_a_partial_file_uses_a_range_request(
+    hub: StandInHub, model_path: str, model_sha: str, tmp_path: Path
+) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
     seeded = 40 * 1024 * 1024
@@ -139,8 +159,9 @@ def test_model_url_download(hub: StandInHub, model_sha: str, tmp_path: Path) -> 
     assert cfg.model == str(cache / "smol.gguf") and len(hub.seen) == before
 
 
-def test_a_dropped_transfer_resumes_within_the_same_run(model_path: str, model_sha: str, tmp_path: Path,
-                                                        capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_dropped_transfer_resumes_within_the_same_run(
+    model_path: str, model_sha: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     hub = make_hub(model_path, cut_first_transfer_at=10 * 1024 * 1024)
     try:
         cfg = config_from_args(["-hf", REPO_ID], environ=hub_env(hub.url, tmp_path))

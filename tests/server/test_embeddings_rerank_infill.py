@@ -17,14 +17,27 @@ from llamaserve.convert.packaged import qwen_coder
 from .conftest import RunningServer, start_server, stop_server
 
 SENTENCES = [
-    "A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
-    "A man is riding a horse.", "A woman is playing violin.", "Two men pushed carts through the woods.",
-    "A man is riding a white horse on an enclosed ground.", "A monkey is playing drums.",
-    "Someone in a gorilla costume is playing a set of drums.", "The cat sits on the mat.",
-    "Stock markets fell sharply on Monday.", "The recipe needs two cups of flour.",
-    "Quantum computers use qubits.", "The train to Paris leaves at noon.", "Il pleut beaucoup à Brest.",
-    "東京は日本の首都です。", "She plays tennis every weekend.", "Photosynthesis happens in chloroplasts.",
-    "The server returned a 404 error.", "My phone battery died.", "Dogs are loyal companions.",
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The girl is carrying a baby.",
+    "A man is riding a horse.",
+    "A woman is playing violin.",
+    "Two men pushed carts through the woods.",
+    "A man is riding a white horse on an enclosed ground.",
+    "A monkey is playing drums.",
+    "Someone in a gorilla costume is playing a set of drums.",
+    "The cat sits on the mat.",
+    "Stock markets fell sharply on Monday.",
+    "The recipe needs two cups of flour.",
+    "Quantum computers use qubits.",
+    "The train to Paris leaves at noon.",
+    "Il pleut beaucoup à Brest.",
+    "東京は日本の首都です。",
+    "She plays tennis every weekend.",
+    "Photosynthesis happens in chloroplasts.",
+    "The server returned a 404 error.",
+    "My phone battery died.",
+    "Dogs are loyal companions.",
     "He painted the fence white.",
 ]
 
@@ -32,8 +45,10 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def embed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     embed_gguf, _ = cached_models()
-    srv = start_server(["-m", str(embed_gguf), "--embedding", "-np", "4", "-c", "2048", "-ub", "128", "-b", "512"],
-                       tmp_path_factory.mktemp("embed"))
+    srv = start_server(
+        ["-m", str(embed_gguf), "--embedding", "-np", "4", "-c", "2048", "-ub", "128", "-b", "512"],
+        tmp_path_factory.mktemp("embed"),
+    )
     yield srv
     stop_server(srv)
 
@@ -41,8 +56,9 @@ def embed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSe
 @pytest.fixture(scope="module")
 def rerank_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     _, rerank_gguf = cached_models()
-    srv = start_server(["-m", str(rerank_gguf), "--reranking", "-np", "4", "-c", "2048"],
-                       tmp_path_factory.mktemp("rerank"))
+    srv = start_server(
+        ["-m", str(rerank_gguf), "--reranking", "-np", "4", "-c", "2048"], tmp_path_factory.mktemp("rerank")
+    )
     yield srv
     stop_server(srv)
 
@@ -56,8 +72,10 @@ def test_embeddings_match_sentence_transformers(embed_server: RunningServer) -> 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     reference = st.SentenceTransformer(str(locate_minilm()), device="cpu").encode(SENTENCES)
     client = openai.OpenAI(base_url=f"{embed_server.url}/v1", api_key="none", max_retries=0)
-    ours = [np.array(d.embedding) for d in client.embeddings.create(model="m", input=SENTENCES,
-                                                                    encoding_format="float").data]
+    ours = [
+        np.array(d.embedding)
+        for d in client.embeddings.create(model="m", input=SENTENCES, encoding_format="float").data
+    ]
     sims = [cosine(a, b) for a, b in zip(ours, reference)]
     assert len(sims) == len(SENTENCES) >= 20
     assert min(sims) > 0.99, sims
@@ -116,10 +134,14 @@ def test_native_embedding_and_generation_refused(embed_server: RunningServer) ->
 
 def test_pooling_none_gives_one_vector_per_token(tmp_path_factory: pytest.TempPathFactory) -> None:
     embed_gguf, _ = cached_models()
-    srv = start_server(["-m", str(embed_gguf), "--embedding", "--pooling", "none", "-np", "2", "-c", "1024"],
-                       tmp_path_factory.mktemp("pool-none"))
+    srv = start_server(
+        ["-m", str(embed_gguf), "--embedding", "--pooling", "none", "-np", "2", "-c", "1024"],
+        tmp_path_factory.mktemp("pool-none"),
+    )
     try:
-        n = len(httpx.post(f"{srv.url}/tokenize", json={"content": "hello world", "add_special": True}).json()["tokens"])
+        n = len(
+            httpx.post(f"{srv.url}/tokenize", json={"content": "hello world", "add_special": True}).json()["tokens"]
+        )
         r = httpx.post(f"{srv.url}/embedding", json={"content": "hello world"}).json()
         assert len(r[0]["embedding"]) == n
         assert httpx.post(f"{srv.url}/v1/embeddings", json={"input": "x"}).status_code == 400
@@ -157,27 +179,35 @@ def test_infill_needs_fim_tokens(base_url: str) -> None:
 
 
 def test_infill_with_a_coder_model(tmp_path_factory: pytest.TempPathFactory) -> None:
-    srv = start_server(["-m", str(qwen_coder()), "-np", "1", "-c", "2048", "-t", "2"],
-                       tmp_path_factory.mktemp("coder"))
+    srv = start_server(["-m", str(qwen_coder()), "-np", "1", "-c", "2048", "-t", "2"], tmp_path_factory.mktemp("coder"))
     try:
-        r = httpx.post(f"{srv.url}/infill", timeout=120, json={
-            "input_prefix": "def add(a, b):\n    return ",
-            "input_suffix": "\n\nprint(add(2, 3))\n",
-            "input_extra": [{"filename": "util.py", "text": "def sub(a, b):\n    return a - b\n"}],
-            "n_predict": 8, "temperature": 0})
+        r = httpx.post(
+            f"{srv.url}/infill",
+            timeout=120,
+            json={
+                "input_prefix": "def add(a, b):\n    return ",
+                "input_suffix": "\n\nprint(add(2, 3))\n",
+                "input_extra": [{"filename": "util.py", "text": "def sub(a, b):\n    return a - b\n"}],
+                "n_predict": 8,
+                "temperature": 0,
+            },
+        )
         assert r.status_code == 200, r.text
         body = r.json()
         assert "a + b" in body["content"] or "b + a" in body["content"], body["content"]
+
         # token level: repository context first, then FIM_PRE prefix FIM_SUF suffix FIM_MID
         def ids(text: str) -> list[int]:
             return httpx.post(f"{srv.url}/tokenize", json={"content": text, "parse_special": True}).json()["tokens"]
+
         tokens = ids(body["prompt"])
-        rep, sep, pre, suf, mid = (ids(t)[0] for t in ("<|repo_name|>", "<|file_sep|>", "<|fim_prefix|>",
-                                                      "<|fim_suffix|>", "<|fim_middle|>"))
+        rep, sep, pre, suf, mid = (
+            ids(t)[0] for t in ("<|repo_name|>", "<|file_sep|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+        )
         order = [tokens.index(t) for t in (rep, sep, pre, suf, mid)]
         assert order == sorted(order) and tokens[-1] == mid
         prefix_ids = ids("def add(a, b):\n    return ")
-        assert tokens[order[2] + 1:order[3]] == prefix_ids
+        assert tokens[order[2] + 1 : order[3]] == prefix_ids
         assert "util.py" in body["prompt"]
     finally:
         stop_server(srv)

@@ -53,8 +53,24 @@ def one_slot(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     tmp = tmp_path_factory.mktemp("kv")
     saves = tmp / "slots"
     saves.mkdir()
-    srv = start_server(["-m", model_path, "-np", "1", "-c", "4096", "-t", "2", "--slot-save-path", str(saves),
-                        "--cache-ram", "512", "--metrics"], tmp)
+    srv = start_server(
+        [
+            "-m",
+            model_path,
+            "-np",
+            "1",
+            "-c",
+            "4096",
+            "-t",
+            "2",
+            "--slot-save-path",
+            str(saves),
+            "--cache-ram",
+            "512",
+            "--metrics",
+        ],
+        tmp,
+    )
     yield srv, saves
     stop_server(srv)
 
@@ -82,17 +98,21 @@ def test_save_erase_restore_gives_the_same_continuation(one_slot: tuple[RunningS
     assert again["timings"]["cache_n"] == n_tokens(url, prompt) - 1  # only the last token is decoded again
 
 
-@pytest.mark.parametrize("body,query,status", [
-    ({"filename": "../escape.bin"}, "action=save", 400),
-    ({"filename": "a/b.bin"}, "action=save", 400),
-    ({"filename": ".hidden"}, "action=save", 400),
-    ({}, "action=save", 400),
-    ({"filename": "missing.bin"}, "action=restore", 400),
-    ({"filename": "x.bin"}, "action=explode", 400),
-    ({"filename": "x.bin"}, "", 400),
-])
-def test_bad_slot_actions_are_400s(one_slot: tuple[RunningServer, Path], body: dict[str, Any],
-                                   query: str, status: int) -> None:
+@pytest.mark.parametrize(
+    "body,query,status",
+    [
+        ({"filename": "../escape.bin"}, "action=save", 400),
+        ({"filename": "a/b.bin"}, "action=save", 400),
+        ({"filename": ".hidden"}, "action=save", 400),
+        ({}, "action=save", 400),
+        ({"filename": "missing.bin"}, "action=restore", 400),
+        ({"filename": "x.bin"}, "action=explode", 400),
+        ({"filename": "x.bin"}, "", 400),
+    ],
+)
+def test_bad_slot_actions_are_400s(
+    one_slot: tuple[RunningServer, Path], body: dict[str, Any], query: str, status: int
+) -> None:
     srv, saves = one_slot
     r = httpx.post(f"{srv.url}/slots/0?{query}", json=body, timeout=30)
     assert r.status_code == status, r.text
@@ -125,8 +145,9 @@ def test_cache_ram_serves_a_prefix_after_the_slot_was_taken_over(one_slot: tuple
 
 
 def test_cache_reuse_keeps_a_chunk_that_moved(model_path: str, tmp_path: Path) -> None:
-    srv = start_server(["-m", model_path, "-np", "1", "-c", "4096", "-t", "2", "--cache-reuse", "64",
-                        "--cache-ram", "0"], tmp_path)
+    srv = start_server(
+        ["-m", model_path, "-np", "1", "-c", "4096", "-t", "2", "--cache-reuse", "64", "--cache-ram", "0"], tmp_path
+    )
     try:
         head, middle, doc = "Notes:\n", long_text(12, seed=4), long_text(30, seed=5)
         complete(srv.url, head + middle + doc + "Summary:")

@@ -28,8 +28,10 @@ TIMEOUT_S = 1
 
 @pytest.fixture(scope="module")
 def timeout_server(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    srv = start_server(["-m", model_path, "-c", "2048", "-np", "2", "-t", "1", "--timeout", str(TIMEOUT_S)],
-                       tmp_path_factory.mktemp("timeout"))
+    srv = start_server(
+        ["-m", model_path, "-c", "2048", "-np", "2", "-t", "1", "--timeout", str(TIMEOUT_S)],
+        tmp_path_factory.mktemp("timeout"),
+    )
     yield srv
     # Ctrl-C ends it like SIGTERM does: a clean shutdown, exit code 0.
     srv.process.send_signal(signal.SIGINT)
@@ -55,8 +57,10 @@ def _read_until_closed(sock: socket.socket, limit_s: float) -> tuple[bytes, floa
 
 def test_a_stalled_body_gets_408_and_the_connection_closes(timeout_server: RunningServer) -> None:
     with socket.create_connection(_address(timeout_server)) as sock:
-        sock.sendall(b"POST /completion HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 100\r\n\r\n" + b'{"prompt":')  # 10 of the 100 bytes promised
+        sock.sendall(
+            b"POST /completion HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n" + b'{"prompt":'
+        )  # 10 of the 100 bytes promised
         data, waited = _read_until_closed(sock, 20)
     assert TIMEOUT_S * 0.9 <= waited < TIMEOUT_S + 8
     head, _, body = data.partition(b"\r\n\r\n")
@@ -80,8 +84,7 @@ def test_answers_longer_than_the_timeout_are_not_cut(timeout_server: RunningServ
     request = {"prompt": "Once upon a time", "n_predict": 128, "ignore_eos": True, "temperature": 0}
     start = time.monotonic()
     events = []
-    with httpx.stream("POST", f"{timeout_server.url}/completion", json={**request, "stream": True},
-                      timeout=120) as r:
+    with httpx.stream("POST", f"{timeout_server.url}/completion", json={**request, "stream": True}, timeout=120) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
             if line.startswith("data: "):
@@ -133,8 +136,12 @@ def test_sigterm_during_a_stream_exits_0_within_bounds(model_path: str, tmp_path
 
 def test_a_terminal_shows_the_loading_bar(model_path: str) -> None:
     controller, terminal = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "llamaserve", "--port", str(free_port()), "-m", model_path,
-                             "-c", "1024", "-t", "1"], cwd=REPO, stdout=terminal, stderr=terminal)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llamaserve", "--port", str(free_port()), "-m", model_path, "-c", "1024", "-t", "1"],
+        cwd=REPO,
+        stdout=terminal,
+        stderr=terminal,
+    )
     os.close(terminal)
     seen = b""
     try:

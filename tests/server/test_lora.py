@@ -22,8 +22,10 @@ def lora_server(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> It
     tmp = tmp_path_factory.mktemp("lora")
     adapter = tmp / "random-lora.gguf"
     write_random_lora(model_path, str(adapter), seed=0)
-    srv = start_server(["-m", model_path, "-np", "2", "-c", "2048", "-t", "2", "--lora", str(adapter),
-                        "--lora-init-without-apply"], tmp)
+    srv = start_server(
+        ["-m", model_path, "-np", "2", "-c", "2048", "-t", "2", "--lora", str(adapter), "--lora-init-without-apply"],
+        tmp,
+    )
     yield srv
     stop_server(srv)
 
@@ -79,13 +81,15 @@ def test_different_scales_at_once_each_get_their_own_answer(lora_server: Running
     alone = {s: complete(url, lora=[{"id": 0, "scale": s}], cache_prompt=False) for s in (0.0, 1.0)}
     for _ in range(2):
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            futures = {s: pool.submit(complete, url, lora=[{"id": 0, "scale": s}], cache_prompt=False)
-                       for s in (1.0, 0.0)}
+            futures = {
+                s: pool.submit(complete, url, lora=[{"id": 0, "scale": s}], cache_prompt=False) for s in (1.0, 0.0)
+            }
             assert {s: f.result() for s, f in futures.items()} == alone
 
 
-@pytest.mark.parametrize("lora", [[{"id": 3, "scale": 1.0}], [{"id": 0}], "x", [{"id": 0, "scale": "big"}],
-                                  [{"id": True, "scale": 1}]])
+@pytest.mark.parametrize(
+    "lora", [[{"id": 3, "scale": 1.0}], [{"id": 0}], "x", [{"id": 0, "scale": "big"}], [{"id": True, "scale": 1}]]
+)
 def test_bad_lora_fields_are_400(lora_server: RunningServer, lora: Any) -> None:
     r = httpx.post(f"{lora_server.url}/completion", json={"prompt": "hi", "n_predict": 1, "lora": lora}, timeout=30)
     assert r.status_code == 400, r.text
@@ -97,6 +101,7 @@ def test_lora_on_the_chat_route(lora_server: RunningServer) -> None:
     url = lora_server.url
     body = {"messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 8, "temperature": 0}
     base = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).json()
-    tuned = httpx.post(f"{url}/v1/chat/completions", json={**body, "lora": [{"id": 0, "scale": 1.0}]},
-                       timeout=120).json()
+    tuned = httpx.post(
+        f"{url}/v1/chat/completions", json={**body, "lora": [{"id": 0, "scale": 1.0}]}, timeout=120
+    ).json()
     assert base["choices"][0]["message"]["content"] != tuned["choices"][0]["message"]["content"]

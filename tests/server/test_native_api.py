@@ -10,7 +10,6 @@ import time
 import httpx
 import pytest
 
-
 # One pooled client: creating a client per call costs ~100 ms (TLS setup), which
 # would swamp the timings these tests check.
 HTTP = httpx.Client(timeout=60)
@@ -61,12 +60,27 @@ def test_apply_template_uses_the_models_chatml(base_url: str) -> None:
 
 
 def test_native_completion_shape(base_url: str) -> None:
-    r = httpx.post(f"{base_url}/completion", json={"prompt": "Once upon a time", "n_predict": 8,
-                                                   "temperature": 0}, timeout=60)
+    r = httpx.post(
+        f"{base_url}/completion", json={"prompt": "Once upon a time", "n_predict": 8, "temperature": 0}, timeout=60
+    )
     body = r.json()
-    for key in ("content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
-                "generation_settings", "prompt", "has_new_line", "truncated", "stop_type", "stopping_word",
-                "tokens_cached", "timings"):
+    for key in (
+        "content",
+        "tokens",
+        "id_slot",
+        "stop",
+        "model",
+        "tokens_predicted",
+        "tokens_evaluated",
+        "generation_settings",
+        "prompt",
+        "has_new_line",
+        "truncated",
+        "stop_type",
+        "stopping_word",
+        "tokens_cached",
+        "timings",
+    ):
         assert key in body, key
     assert body["stop"] is True and body["stop_type"] == "limit" and body["tokens_predicted"] == 8
     assert body["timings"]["predicted_n"] == 8
@@ -75,26 +89,36 @@ def test_native_completion_shape(base_url: str) -> None:
 
 def test_native_prompt_forms(base_url: str) -> None:
     tokens = HTTP.post(f"{base_url}/tokenize", json={"content": "The sky is"}).json()["tokens"]
-    as_text = httpx.post(f"{base_url}/completion", json={"prompt": "The sky is", "n_predict": 6,
-                                                         "temperature": 0}, timeout=60).json()
-    as_tokens = httpx.post(f"{base_url}/completion", json={"prompt": tokens, "n_predict": 6,
-                                                           "temperature": 0}, timeout=60).json()
+    as_text = httpx.post(
+        f"{base_url}/completion", json={"prompt": "The sky is", "n_predict": 6, "temperature": 0}, timeout=60
+    ).json()
+    as_tokens = httpx.post(
+        f"{base_url}/completion", json={"prompt": tokens, "n_predict": 6, "temperature": 0}, timeout=60
+    ).json()
     assert as_tokens["content"] == as_text["content"]
-    many = httpx.post(f"{base_url}/completion", json={"prompt": ["The sky is", "Grass is"], "n_predict": 4,
-                                                      "temperature": 0}, timeout=60).json()
+    many = httpx.post(
+        f"{base_url}/completion",
+        json={"prompt": ["The sky is", "Grass is"], "n_predict": 4, "temperature": 0},
+        timeout=60,
+    ).json()
     assert isinstance(many, list) and len(many) == 2
     assert many[0]["content"] == as_text["content"][: len(many[0]["content"])]
     assert [m["index"] for m in many] == [0, 1]
 
 
 def test_native_stream(base_url: str) -> None:
-    with httpx.stream("POST", f"{base_url}/completion", timeout=60, json={
-            "prompt": "List some fruits:", "n_predict": 12, "temperature": 0, "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        f"{base_url}/completion",
+        timeout=60,
+        json={"prompt": "List some fruits:", "n_predict": 12, "temperature": 0, "stream": True},
+    ) as r:
         events = sse_events(r)
     assert events[-1]["stop"] is True and "timings" in events[-1]
     streamed = "".join(e["content"] for e in events)
-    whole = httpx.post(f"{base_url}/completion", timeout=60, json={
-        "prompt": "List some fruits:", "n_predict": 12, "temperature": 0}).json()
+    whole = httpx.post(
+        f"{base_url}/completion", timeout=60, json={"prompt": "List some fruits:", "n_predict": 12, "temperature": 0}
+    ).json()
     assert streamed == whole["content"]
 
 
@@ -113,9 +137,17 @@ def wait_idle(base_url: str, timeout: float = 5.0) -> float:
 
 def test_stream_disconnect_frees_the_slot(base_url: str) -> None:
     wait_idle(base_url)
-    with httpx.stream("POST", f"{base_url}/v1/chat/completions", timeout=60, json={
+    with httpx.stream(
+        "POST",
+        f"{base_url}/v1/chat/completions",
+        timeout=60,
+        json={
             "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
-            "max_tokens": 1000, "stream": True, "extra": 1}) as r:
+            "max_tokens": 1000,
+            "stream": True,
+            "extra": 1,
+        },
+    ) as r:
         seen = 0
         for line in r.iter_lines():
             if line.startswith("data: "):
@@ -129,8 +161,11 @@ def test_stream_disconnect_frees_the_slot(base_url: str) -> None:
 def test_non_stream_disconnect_frees_the_slot(base_url: str) -> None:
     wait_idle(base_url)
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{base_url}/completion", timeout=httpx.Timeout(30, read=1.0), json={
-            "prompt": "Write a very long essay about the sea.", "n_predict": 2000, "ignore_eos": True})
+        httpx.post(
+            f"{base_url}/completion",
+            timeout=httpx.Timeout(30, read=1.0),
+            json={"prompt": "Write a very long essay about the sea.", "n_predict": 2000, "ignore_eos": True},
+        )
     assert wait_idle(base_url) < 2.0
 
 
@@ -138,11 +173,14 @@ def test_disconnect_during_prompt_processing_frees_the_slot(base_url: str) -> No
     wait_idle(base_url)
     host, port = base_url.removeprefix("http://").split(":")
     # ~500 tokens: one prefill step of a second or two; the abort lands when that step ends.
-    body = json.dumps({"prompt": "lorem ipsum dolor sit amet " * 50, "n_predict": 500,
-                       "cache_prompt": False, "stream": True}).encode()
+    body = json.dumps(
+        {"prompt": "lorem ipsum dolor sit amet " * 50, "n_predict": 500, "cache_prompt": False, "stream": True}
+    ).encode()
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        sock.sendall(
+            b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         deadline = time.time() + 5
         while busy_slots(base_url) == 0 and time.time() < deadline:
             time.sleep(0.005)
@@ -157,8 +195,12 @@ def test_light_endpoints_answer_while_every_slot_is_busy(base_url: str) -> None:
     stop = threading.Event()
 
     def hog() -> None:
-        with httpx.stream("POST", f"{base_url}/completion", timeout=120, json={
-                "prompt": "Tell a long story.", "n_predict": 400, "ignore_eos": True, "stream": True}) as r:
+        with httpx.stream(
+            "POST",
+            f"{base_url}/completion",
+            timeout=120,
+            json={"prompt": "Tell a long story.", "n_predict": 400, "ignore_eos": True, "stream": True},
+        ) as r:
             for _ in r.iter_lines():
                 if stop.is_set():
                     break
@@ -171,8 +213,11 @@ def test_light_endpoints_answer_while_every_slot_is_busy(base_url: str) -> None:
         while busy_slots(base_url) < 8 and time.time() < deadline:
             time.sleep(0.05)
         assert busy_slots(base_url) == 8
-        for path, method, body in (("/health", "GET", None), ("/v1/models", "GET", None),
-                                   ("/tokenize", "POST", {"content": "hello"})):
+        for path, method, body in (
+            ("/health", "GET", None),
+            ("/v1/models", "GET", None),
+            ("/tokenize", "POST", {"content": "hello"}),
+        ):
             t0 = time.time()
             r = HTTP.request(method, f"{base_url}{path}", json=body, timeout=5)
             assert r.status_code == 200
@@ -194,14 +239,19 @@ def test_repeated_context_overflow_leaves_the_server_healthy(base_url: str) -> N
 
 
 def test_missing_max_tokens_stops_at_the_context(base_url: str) -> None:
-    r = httpx.post(f"{base_url}/completion", timeout=120, json={
-        "prompt": "Count: 1, 2, 3,", "ignore_eos": True, "temperature": 0}).json()
+    r = httpx.post(
+        f"{base_url}/completion", timeout=120, json={"prompt": "Count: 1, 2, 3,", "ignore_eos": True, "temperature": 0}
+    ).json()
     assert r["stop_type"] == "limit"
     assert r["tokens_evaluated"] + r["tokens_predicted"] <= 1024
 
 
 def test_body_too_large_is_413(base_url: str) -> None:
-    r = httpx.post(f"{base_url}/completion", content=b"{\"prompt\": \"" + b"a" * (33 * 1024 * 1024) + b"\"}",
-                   headers={"Content-Type": "application/json"}, timeout=60)
+    r = httpx.post(
+        f"{base_url}/completion",
+        content=b'{"prompt": "' + b"a" * (33 * 1024 * 1024) + b'"}',
+        headers={"Content-Type": "application/json"},
+        timeout=60,
+    )
     assert r.status_code == 413
     assert r.json()["error"]["code"] == 413

@@ -22,8 +22,9 @@ def ask(text: str) -> list[dict[str, str]]:
 
 
 def test_chat_completion_has_text_usage_and_timings(client: openai.OpenAI) -> None:
-    r = client.chat.completions.create(model="any", messages=ask("What is the capital of France?"),
-                                       max_tokens=24, **GREEDY)
+    r = client.chat.completions.create(
+        model="any", messages=ask("What is the capital of France?"), max_tokens=24, **GREEDY
+    )
     choice = r.choices[0]
     assert r.object == "chat.completion" and r.id.startswith("chatcmpl-")
     assert choice.message.role == "assistant"
@@ -41,8 +42,11 @@ def test_chat_completion_has_text_usage_and_timings(client: openai.OpenAI) -> No
 def test_chat_stream_equals_non_stream_and_reports_usage(client: openai.OpenAI) -> None:
     messages = ask("Name three colors.")
     whole = client.chat.completions.create(model="m", messages=messages, max_tokens=32, **GREEDY)
-    chunks = list(client.chat.completions.create(model="m", messages=messages, max_tokens=32, stream=True,
-                                                 stream_options={"include_usage": True}, **GREEDY))
+    chunks = list(
+        client.chat.completions.create(
+            model="m", messages=messages, max_tokens=32, stream=True, stream_options={"include_usage": True}, **GREEDY
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
@@ -57,16 +61,20 @@ def test_completions_stream_and_not(client: openai.OpenAI) -> None:
     assert whole.object == "text_completion"
     assert whole.choices[0].text
     assert whole.usage is not None and whole.usage.completion_tokens <= 20
-    streamed = list(client.completions.create(model="m", prompt=prompt, max_tokens=20, stream=True,
-                                              stream_options={"include_usage": True}, **GREEDY))
+    streamed = list(
+        client.completions.create(
+            model="m", prompt=prompt, max_tokens=20, stream=True, stream_options={"include_usage": True}, **GREEDY
+        )
+    )
     text = "".join(c.choices[0].text for c in streamed if c.choices)
     assert text == whole.choices[0].text
     assert streamed[-1].usage is not None
 
 
 def test_max_tokens_gives_finish_reason_length(client: openai.OpenAI) -> None:
-    r = client.chat.completions.create(model="m", messages=ask("Write a long story about a dragon."),
-                                       max_tokens=5, **GREEDY)
+    r = client.chat.completions.create(
+        model="m", messages=ask("Write a long story about a dragon."), max_tokens=5, **GREEDY
+    )
     assert r.choices[0].finish_reason == "length"
     assert r.usage is not None and r.usage.completion_tokens == 5
 
@@ -82,8 +90,11 @@ def test_stop_string_is_never_emitted(client: openai.OpenAI) -> None:
     assert r.choices[0].message.content == content[: content.index(stop)]
     streamed = "".join(
         c.choices[0].delta.content or ""
-        for c in client.chat.completions.create(model="m", messages=messages, max_tokens=40, stop=[stop],
-                                                stream=True, **GREEDY) if c.choices)
+        for c in client.chat.completions.create(
+            model="m", messages=messages, max_tokens=40, stop=[stop], stream=True, **GREEDY
+        )
+        if c.choices
+    )
     assert streamed == r.choices[0].message.content
 
 
@@ -104,8 +115,9 @@ def test_eight_concurrent_streams_match_their_solo_runs(client: openai.OpenAI) -
 
     def run(prompt: str) -> str:
         parts = []
-        for c in client.chat.completions.create(model="m", messages=ask(prompt), max_tokens=24, stream=True,
-                                                extra_body={"cache_prompt": False}, **GREEDY):
+        for c in client.chat.completions.create(
+            model="m", messages=ask(prompt), max_tokens=24, stream=True, extra_body={"cache_prompt": False}, **GREEDY
+        ):
             if c.choices and c.choices[0].delta.content:
                 parts.append(c.choices[0].delta.content)
         return "".join(parts)
@@ -129,21 +141,25 @@ def test_context_overflow_is_a_400_with_sizes(client: openai.OpenAI) -> None:
         list(client.chat.completions.create(model="m", messages=ask(long_text), max_tokens=4, stream=True))
 
 
-@pytest.mark.parametrize("body", [
-    b"{not json",
-    b"",
-    b"[1,2,3]",
-    json.dumps({"messages": []}).encode(),
-    json.dumps({"messages": "hello"}).encode(),
-    json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(),
-    json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": "lots"}).encode(),
-    json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": -1}).encode(),
-    json.dumps({"messages": [{"role": "user", "content": "x"}], "top_k": -5}).encode(),
-    "{\"messages\": [{\"role\": \"user\", \"content\": \"\u4f60\u597d\"}]}".encode("gbk"),
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"",
+        b"[1,2,3]",
+        json.dumps({"messages": []}).encode(),
+        json.dumps({"messages": "hello"}).encode(),
+        json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(),
+        json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": "lots"}).encode(),
+        json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": -1}).encode(),
+        json.dumps({"messages": [{"role": "user", "content": "x"}], "top_k": -5}).encode(),
+        '{"messages": [{"role": "user", "content": "\u4f60\u597d"}]}'.encode("gbk"),
+    ],
+)
 def test_bad_chat_bodies_are_400_in_openai_envelope(base_url: str, body: bytes) -> None:
-    r = httpx.post(f"{base_url}/v1/chat/completions", content=body,
-                   headers={"Content-Type": "application/json"}, timeout=30)
+    r = httpx.post(
+        f"{base_url}/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}, timeout=30
+    )
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["code"] == 400 and err["type"] == "invalid_request_error" and err["message"]
@@ -153,8 +169,11 @@ def test_invalid_token_ids_are_rejected(base_url: str) -> None:
     for prompt in ([1, -1, 2], [10**9], [1.5], [True]):
         r = httpx.post(f"{base_url}/completion", json={"prompt": prompt, "n_predict": 2}, timeout=30)
         assert r.status_code == 400, (prompt, r.text)
-    r = httpx.post(f"{base_url}/v1/chat/completions", timeout=30, json={
-        "messages": [{"role": "user", "content": "x"}], "logit_bias": {"99999999": 1}})
+    r = httpx.post(
+        f"{base_url}/v1/chat/completions",
+        timeout=30,
+        json={"messages": [{"role": "user", "content": "x"}], "logit_bias": {"99999999": 1}},
+    )
     assert r.status_code == 400
     assert "logit_bias" in r.json()["error"]["message"]
 
@@ -169,8 +188,9 @@ def test_logit_bias_false_bans_a_token(client: openai.OpenAI, base_url: str) -> 
     r = client.chat.completions.create(model="m", messages=messages, max_tokens=8, **GREEDY)
     content = r.choices[0].message.content or ""
     first = httpx.post(f"{base_url}/tokenize", json={"content": content}).json()["tokens"][0]
-    banned = client.chat.completions.create(model="m", messages=messages, max_tokens=8,
-                                            extra_body={"logit_bias": [[first, False]]}, **GREEDY)
+    banned = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=8, extra_body={"logit_bias": [[first, False]]}, **GREEDY
+    )
     out = banned.choices[0].message.content or ""
     out_tokens = httpx.post(f"{base_url}/tokenize", json={"content": out}).json()["tokens"]
     assert first not in out_tokens[:1]

@@ -25,10 +25,29 @@ KEY = "sk-test-123"
 def guarded(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, Path]]:
     tmp = tmp_path_factory.mktemp("guarded")
     log_file = tmp / "server.log"
-    srv = start_server(["-m", model_path, "-np", "2", "-c", "2048", "-t", "2", "--api-key", f"other,{KEY}",
-                        "--metrics", "--no-slots", "--body-limit", "1", "--log-file", str(log_file),
-                        "--chat-template", "{{ raise_exception('this template refuses everything') }}"],
-                       tmp)
+    srv = start_server(
+        [
+            "-m",
+            model_path,
+            "-np",
+            "2",
+            "-c",
+            "2048",
+            "-t",
+            "2",
+            "--api-key",
+            f"other,{KEY}",
+            "--metrics",
+            "--no-slots",
+            "--body-limit",
+            "1",
+            "--log-file",
+            str(log_file),
+            "--chat-template",
+            "{{ raise_exception('this template refuses everything') }}",
+        ],
+        tmp,
+    )
     yield srv, log_file
     stop_server(srv)
 
@@ -36,8 +55,14 @@ def guarded(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def test_every_route_but_health_needs_a_key(guarded: tuple[RunningServer, Path]) -> None:
     url = guarded[0].url
     assert httpx.get(f"{url}/health").status_code == 200
-    for method, path in (("GET", "/v1/models"), ("GET", "/props"), ("POST", "/completion"), ("GET", "/metrics"),
-                         ("POST", "/v1/chat/completions"), ("POST", "/tokenize")):
+    for method, path in (
+        ("GET", "/v1/models"),
+        ("GET", "/props"),
+        ("POST", "/completion"),
+        ("GET", "/metrics"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/tokenize"),
+    ):
         r = httpx.request(method, f"{url}{path}", json={})
         assert r.status_code == 401, path
         assert r.json()["error"]["type"] == "authentication_error"
@@ -58,9 +83,14 @@ def test_openai_sdk_with_key(guarded: tuple[RunningServer, Path]) -> None:
 
 
 def test_cors_does_not_reflect_credentials_by_default(guarded: tuple[RunningServer, Path]) -> None:
-    r = httpx.options(f"{guarded[0].url}/v1/chat/completions", headers={
-        "Origin": "https://evil.example", "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": "authorization"})
+    r = httpx.options(
+        f"{guarded[0].url}/v1/chat/completions",
+        headers={
+            "Origin": "https://evil.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization",
+        },
+    )
     assert r.status_code == 200
     assert r.headers.get("access-control-allow-origin") == "*"
     assert "access-control-allow-credentials" not in r.headers
@@ -68,8 +98,12 @@ def test_cors_does_not_reflect_credentials_by_default(guarded: tuple[RunningServ
 
 def test_body_limit_is_413_with_the_limit(guarded: tuple[RunningServer, Path]) -> None:
     body = json.dumps({"prompt": "a" * (2 * 1024 * 1024)}).encode()
-    r = httpx.post(f"{guarded[0].url}/completion", content=body, headers={
-        "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}, timeout=30)
+    r = httpx.post(
+        f"{guarded[0].url}/completion",
+        content=body,
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+        timeout=30,
+    )
     assert r.status_code == 413
     assert str(1024 * 1024) in r.json()["error"]["message"]
 
@@ -80,8 +114,12 @@ def test_slots_endpoint_can_be_disabled(guarded: tuple[RunningServer, Path]) -> 
 
 
 def test_template_exception_is_a_400_with_its_message(guarded: tuple[RunningServer, Path]) -> None:
-    r = httpx.post(f"{guarded[0].url}/v1/chat/completions", headers={"x-api-key": KEY}, timeout=30,
-                   json={"messages": [{"role": "user", "content": "hi"}]})
+    r = httpx.post(
+        f"{guarded[0].url}/v1/chat/completions",
+        headers={"x-api-key": KEY},
+        timeout=30,
+        json={"messages": [{"role": "user", "content": "hi"}]},
+    )
     assert r.status_code == 400
     assert "this template refuses everything" in r.json()["error"]["message"]
 
@@ -99,16 +137,30 @@ def test_metrics_have_llama_server_names_and_move(guarded: tuple[RunningServer, 
     url, headers = guarded[0].url, {"x-api-key": KEY}
     before = httpx.get(f"{url}/metrics", headers=headers)
     assert before.headers["content-type"].startswith("text/plain")
-    for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total", "llamacpp:prompt_seconds_total",
-                 "llamacpp:tokens_predicted_seconds_total", "llamacpp:n_decode_total",
-                 "llamacpp:n_busy_slots_per_decode", "llamacpp:prompt_tokens_seconds",
-                 "llamacpp:predicted_tokens_seconds", "llamacpp:requests_processing", "llamacpp:requests_deferred",
-                 "llamacpp:n_tokens_max", "llamacpp:time_to_first_token_seconds_count",
-                 "llamacpp:inter_token_latency_seconds_count", "llamacpp:request_duration_seconds_count"):
+    for name in (
+        "llamacpp:prompt_tokens_total",
+        "llamacpp:tokens_predicted_total",
+        "llamacpp:prompt_seconds_total",
+        "llamacpp:tokens_predicted_seconds_total",
+        "llamacpp:n_decode_total",
+        "llamacpp:n_busy_slots_per_decode",
+        "llamacpp:prompt_tokens_seconds",
+        "llamacpp:predicted_tokens_seconds",
+        "llamacpp:requests_processing",
+        "llamacpp:requests_deferred",
+        "llamacpp:n_tokens_max",
+        "llamacpp:time_to_first_token_seconds_count",
+        "llamacpp:inter_token_latency_seconds_count",
+        "llamacpp:request_duration_seconds_count",
+    ):
         assert f"# TYPE {name.removesuffix('_count')}" in before.text or name in before.text, name
     b = metric_values(before.text)
-    httpx.post(f"{url}/completion", headers=headers, timeout=60, json={"prompt": "Count to five:", "n_predict": 5,
-                                                                       "ignore_eos": True})
+    httpx.post(
+        f"{url}/completion",
+        headers=headers,
+        timeout=60,
+        json={"prompt": "Count to five:", "n_predict": 5, "ignore_eos": True},
+    )
     a = metric_values(httpx.get(f"{url}/metrics", headers=headers).text)
     assert a["llamacpp:tokens_predicted_total"] == b["llamacpp:tokens_predicted_total"] + 5
     assert a["llamacpp:prompt_tokens_total"] > b["llamacpp:prompt_tokens_total"]
@@ -130,12 +182,35 @@ def test_access_log_lines_go_to_the_log_file(guarded: tuple[RunningServer, Path]
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a certificate")
 def test_tls(model_path: str, tmp_path: Path) -> None:
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     port_srv = None
     try:
-        port_srv = start_server(["-m", model_path, "-np", "1", "-c", "512", "--ssl-key-file", str(key),
-                                 "--ssl-cert-file", str(cert)], tmp_path, ready_scheme="https")
+        port_srv = start_server(
+            ["-m", model_path, "-np", "1", "-c", "512", "--ssl-key-file", str(key), "--ssl-cert-file", str(cert)],
+            tmp_path,
+            ready_scheme="https",
+        )
         url = port_srv.url.replace("http://", "https://")
         r = httpx.get(f"{url}/health", verify=ssl.create_default_context(cafile=str(cert)))
         assert r.status_code == 200
@@ -149,23 +224,32 @@ def test_utf8_is_never_broken_in_a_stream(base_url: str) -> None:
     """R9: byte-fallback tokens and cut-offs mid-character never produce invalid UTF-8."""
     prompt = "Répète ces emoji et caractères: 😀🎉🚀 日本語の文章 한국어 " * 3
     for n_predict in (1, 2, 3, 7, 16):
-        with httpx.stream("POST", f"{base_url}/completion", timeout=60, json={
-                "prompt": prompt, "n_predict": n_predict, "stream": True, "temperature": 0}) as r:
+        with httpx.stream(
+            "POST",
+            f"{base_url}/completion",
+            timeout=60,
+            json={"prompt": prompt, "n_predict": n_predict, "stream": True, "temperature": 0},
+        ) as r:
             raw = b"".join(r.iter_bytes())
         text = raw.decode("utf-8")  # strict: raises on a broken sequence
         parts = [json.loads(line[6:]) for line in text.split("\n") if line.startswith("data: ")]
         assert all("\ufffd" not in p["content"] for p in parts)
-        whole = httpx.post(f"{base_url}/completion", timeout=60, json={
-            "prompt": prompt, "n_predict": n_predict, "temperature": 0}).json()["content"]
+        whole = httpx.post(
+            f"{base_url}/completion", timeout=60, json={"prompt": prompt, "n_predict": n_predict, "temperature": 0}
+        ).json()["content"]
         assert "".join(p["content"] for p in parts) == whole
 
 
 def test_n_probs_with_a_stop_word_as_the_first_token(base_url: str) -> None:
     """R5: logprobs requested when the stop string is generated first."""
-    first = httpx.post(f"{base_url}/completion", timeout=60, json={
-        "prompt": "1, 2, 3,", "n_predict": 1, "temperature": 0}).json()["content"]
-    r = httpx.post(f"{base_url}/completion", timeout=60, json={
-        "prompt": "1, 2, 3,", "n_predict": 4, "temperature": 0, "n_probs": 5, "stop": [first]})
+    first = httpx.post(
+        f"{base_url}/completion", timeout=60, json={"prompt": "1, 2, 3,", "n_predict": 1, "temperature": 0}
+    ).json()["content"]
+    r = httpx.post(
+        f"{base_url}/completion",
+        timeout=60,
+        json={"prompt": "1, 2, 3,", "n_predict": 4, "temperature": 0, "n_probs": 5, "stop": [first]},
+    )
     assert r.status_code == 200
     assert r.json()["content"] == "" and r.json()["stop_type"] == "word"
 
@@ -182,10 +266,13 @@ def test_enormous_prompts_are_clear_400s(base_url: str, size: int) -> None:
 
 def test_error_messages_survive_invalid_utf8_and_control_characters(base_url: str) -> None:
     """R25: user strings inside errors never break the error path."""
-    r = httpx.post(f"{base_url}/completion", content=b'{"prompt": "\xff\xfe\x00", "n_predict": 1}',
-                   headers={"Content-Type": "application/json"})
+    r = httpx.post(
+        f"{base_url}/completion",
+        content=b'{"prompt": "\xff\xfe\x00", "n_predict": 1}',
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 400
-    r = httpx.post(f"{base_url}/completion", json={"prompt": "x", "samplers": ["\u0000\ud7ff\U0001F600"]})
+    r = httpx.post(f"{base_url}/completion", json={"prompt": "x", "samplers": ["\u0000\ud7ff\U0001f600"]})
     assert r.status_code == 400 and "samplers" in r.json()["error"]["message"]
 
 
@@ -204,9 +291,16 @@ def test_stress_streams_with_random_disconnects_and_health_polling(base_url: str
     def worker(i: int) -> None:
         rng = random.Random(i)
         try:
-            with httpx.stream("POST", f"{base_url}/v1/chat/completions", timeout=300, json={
+            with httpx.stream(
+                "POST",
+                f"{base_url}/v1/chat/completions",
+                timeout=300,
+                json={
                     "messages": [{"role": "user", "content": f"Say something about {i}."}],
-                    "max_tokens": 8, "stream": True}) as r:
+                    "max_tokens": 8,
+                    "stream": True,
+                },
+            ) as r:
                 for n, _ in enumerate(r.iter_lines()):
                     if i % 3 == 0 and n >= rng.randint(0, 3):
                         return
@@ -247,8 +341,9 @@ def test_cors_allows_listed_origins_only(model_path: str, tmp_path: Path) -> Non
         preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
         ok = httpx.options(f"{srv.url}/v1/chat/completions", headers={"Origin": "https://app.example", **preflight})
         assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "https://app.example"
-        refused = httpx.options(f"{srv.url}/v1/chat/completions", headers={"Origin": "https://evil.example",
-                                                                          **preflight})
+        refused = httpx.options(
+            f"{srv.url}/v1/chat/completions", headers={"Origin": "https://evil.example", **preflight}
+        )
         assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
     finally:
         stop_server(srv)

@@ -28,8 +28,7 @@ from llamaserve.serving.responses_input import to_chat_request
 from .conftest import start_server, stop_server
 
 GREEDY = {"temperature": 0.0}
-USAGE = {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29,
-         "prompt_tokens_details": {"cached_tokens": 5}}
+USAGE = {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29, "prompt_tokens_details": {"cached_tokens": 5}}
 
 
 # ------------------------------------------------------------------ helpers
@@ -46,8 +45,13 @@ def mock_client(body: bytes, content_type: str) -> openai.OpenAI:
     # The SDK runs on httpx2 (a fork of httpx) and refuses httpx objects.
     def handler(req: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(200, headers={"content-type": content_type}, content=body)
-    return openai.OpenAI(base_url="http://mock/v1", api_key="k", max_retries=0,
-                         http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+
+    return openai.OpenAI(
+        base_url="http://mock/v1",
+        api_key="k",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
 
 
 def agent_chunks(finish_reason: str = "tool_calls") -> list[ChatChunk]:
@@ -57,12 +61,34 @@ def agent_chunks(finish_reason: str = "tool_calls") -> list[ChatChunk]:
         ChatChunk(0, {"reasoning_content": "the weather."}),
         ChatChunk(0, {"content": "Let me "}),
         ChatChunk(0, {"content": "check."}),
-        ChatChunk(0, {"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
-                                      "function": {"name": "get_weather", "arguments": ""}}]}),
-        ChatChunk(0, {"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]}),
-        ChatChunk(0, {"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
-        ChatChunk(0, {"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
-                                      "function": {"name": "get_time", "arguments": "{}"}}]}),
+        ChatChunk(
+            0,
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_a",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ]
+            },
+        ),
+        ChatChunk(0, {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+        ChatChunk(0, {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+        ChatChunk(
+            0,
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "call_b",
+                        "type": "function",
+                        "function": {"name": "get_time", "arguments": "{}"},
+                    }
+                ]
+            },
+        ),
         ChatChunk(0, {}, finish_reason=finish_reason, timings={}),
         ChatChunk(-1, usage=USAGE),
     ]
@@ -90,20 +116,38 @@ def test_items_become_chat_messages() -> None:
         input=[
             {"role": "developer", "content": "Use tools."},
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
-            {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Tool."}]},
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "Tool."}],
+            },
             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
-            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"},
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
             {"type": "function_call", "call_id": "call_2", "name": "get_time", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "call_1", "output": "Sunny"},
             {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "noon"}]},
             {"role": "user", "content": "Thanks"},
         ],
-        tools=[{"type": "function", "name": "get_weather", "description": "Weather",
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}, "strict": True}],
+        tools=[
+            {
+                "type": "function",
+                "name": "get_weather",
+                "description": "Weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                "strict": True,
+            }
+        ],
         tool_choice={"type": "function", "name": "get_weather"},
-        parallel_tool_calls=False, max_output_tokens=16, temperature=0.3, top_p=0.9,
+        parallel_tool_calls=False,
+        max_output_tokens=16,
+        temperature=0.3,
+        top_p=0.9,
         text={"format": {"type": "json_schema", "name": "w", "schema": {"type": "object"}, "strict": True}},
-        reasoning={"effort": "low"}, store=False, include=["reasoning.encrypted_content"], min_p=0.05,
+        reasoning={"effort": "low"},
+        store=False,
+        include=["reasoning.encrypted_content"],
+        min_p=0.05,
     )
     chat = to_chat_request(req)
     assert [m.role for m in chat.messages] == ["system", "system", "user", "assistant", "tool", "tool", "user"]
@@ -111,41 +155,60 @@ def test_items_become_chat_messages() -> None:
     assistant = chat.messages[3]
     assert assistant.content == "Checking." and assistant.reasoning_content == "Tool."
     assert [c["id"] for c in assistant.tool_calls or []] == ["call_1", "call_2"]
-    assert (assistant.tool_calls or [])[0]["function"] == {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}
+    assert (assistant.tool_calls or [])[0]["function"] == {"name": "get_weather", "arguments": '{"city":"Paris"}'}
     assert chat.messages[4].tool_call_id == "call_1" and chat.messages[5].content == "noon"
-    assert chat.tools == [{"type": "function", "function": {
-        "name": "get_weather", "description": "Weather", "strict": True,
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    assert chat.tools == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather",
+                "strict": True,
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
     assert chat.tool_choice == {"type": "function", "function": {"name": "get_weather"}}
     assert chat.parallel_tool_calls is False and chat.max_tokens == 16
     assert chat.temperature == 0.3 and chat.top_p == 0.9 and chat.min_p == 0.05
-    assert chat.response_format == {"type": "json_schema",
-                                    "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": True}}
+    assert chat.response_format == {
+        "type": "json_schema",
+        "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": True},
+    }
     assert chat.reasoning_effort == "low" and chat.chat_template_kwargs == {"enable_thinking": True}
     extra = chat.model_extra or {}
     assert "store" not in extra and "include" not in extra
 
 
 def test_function_call_without_text_starts_an_assistant_turn() -> None:
-    chat = to_chat_request(request(input=[
-        {"role": "user", "content": "x"},
-        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c", "output": "1"},
-    ]))
+    chat = to_chat_request(
+        request(
+            input=[
+                {"role": "user", "content": "x"},
+                {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c", "output": "1"},
+            ]
+        )
+    )
     assert [m.role for m in chat.messages] == ["user", "assistant", "tool"]
     assert chat.messages[1].content is None and chat.messages[1].tool_calls
 
 
-@pytest.mark.parametrize(("fields", "needle"), [
-    ({"conversation": "conv_1"}, "conversation"),
-    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
-     "'input_image' input is not supported"),
-    ({"tools": [{"type": "web_search"}]}, "only 'function' tools"),
-    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference is not supported"),
-    ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
-    ({"tool_choice": "sometimes"}, "tool_choice"),
-    ({"input": []}, "at least one"),
-])
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        ({"conversation": "conv_1"}, "conversation"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
+            "'input_image' input is not supported",
+        ),
+        ({"tools": [{"type": "web_search"}]}, "only 'function' tools"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference is not supported"),
+        ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
+        ({"tool_choice": "sometimes"}, "tool_choice"),
+        ({"input": []}, "at least one"),
+    ],
+)
 def test_unsupported_input_is_a_clear_error(fields: dict[str, Any], needle: str) -> None:
     with pytest.raises(APIError) as info:
         to_chat_request(request(**fields))
@@ -158,15 +221,32 @@ def test_history_goes_first_without_its_instructions() -> None:
     # assistant turn just as it would within one input.
     history = [
         {"id": "msg_1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "u1"}]},
-        {"id": "msg_2", "type": "message", "role": "assistant", "status": "completed",
-         "content": [{"type": "output_text", "text": "a1", "annotations": [], "logprobs": []}]},
+        {
+            "id": "msg_2",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "a1", "annotations": [], "logprobs": []}],
+        },
         {"id": "rs_1", "type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "hmm"}]},
     ]
-    chat = to_chat_request(request(instructions="New rules.", previous_response_id="resp_1", input=[
-        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c", "output": "1"}]), history)
+    chat = to_chat_request(
+        request(
+            instructions="New rules.",
+            previous_response_id="resp_1",
+            input=[
+                {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c", "output": "1"},
+            ],
+        ),
+        history,
+    )
     assert [(m.role, m.content) for m in chat.messages] == [
-        ("system", "New rules."), ("user", "u1"), ("assistant", "a1"), ("tool", "1")]
+        ("system", "New rules."),
+        ("user", "u1"),
+        ("assistant", "a1"),
+        ("tool", "1"),
+    ]
     assert chat.messages[2].reasoning_content == "hmm" and chat.messages[2].tool_calls
     plain = to_chat_request(request(input="u2", previous_response_id="resp_1"), history[:2])
     assert [(m.role, m.content) for m in plain.messages] == [("user", "u1"), ("assistant", "a1"), ("user", "u2")]
@@ -188,8 +268,12 @@ def test_json_object_format_and_text_format() -> None:
 
 # --------------------------------------------------- responses, no model
 def test_output_items_and_finish() -> None:
-    message = {"role": "assistant", "content": "Checking.", "reasoning_content": "think",
-               "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    message = {
+        "role": "assistant",
+        "content": "Checking.",
+        "reasoning_content": "think",
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    }
     items = output_items(message, "tool_calls")
     assert [i["type"] for i in items] == ["reasoning", "message", "function_call"]
     assert items[0]["content"] == [{"type": "reasoning_text", "text": "think"}] and items[0]["summary"] == []
@@ -198,8 +282,13 @@ def test_output_items_and_finish() -> None:
     body = finish(envelope("m", request(), resp_id="resp_x"), items, "tool_calls", USAGE, 1)
     assert body["status"] == "completed" and body["incomplete_details"] is None
     assert body["output_text"] == "Checking."
-    assert body["usage"] == {"input_tokens": 20, "input_tokens_details": {"cached_tokens": 5}, "output_tokens": 9,
-                             "output_tokens_details": {"reasoning_tokens": 1}, "total_tokens": 29}
+    assert body["usage"] == {
+        "input_tokens": 20,
+        "input_tokens_details": {"cached_tokens": 5},
+        "output_tokens": 9,
+        "output_tokens_details": {"reasoning_tokens": 1},
+        "total_tokens": 29,
+    }
     parsed = mock_client(json.dumps(body).encode(), "application/json").responses.create(model="m", input="x")
     assert parsed.output_text == "Checking." and parsed.output[2].type == "function_call"
     truncated = finish(envelope("m", request()), output_items({"content": "Hel"}, "length"), "length", USAGE)
@@ -210,29 +299,47 @@ def test_output_items_and_finish() -> None:
 def test_stream_events_for_reasoning_text_and_tools() -> None:
     events = run_stream(agent_chunks())
     assert check_sequence(events) == [
-        "response.created", "response.in_progress",
-        "response.output_item.added", "response.content_part.added",
-        "response.reasoning_text.delta", "response.reasoning_text.delta",
-        "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
-        "response.output_item.added", "response.content_part.added",
-        "response.output_text.delta", "response.output_text.delta",
-        "response.output_text.done", "response.content_part.done", "response.output_item.done",
+        "response.created",
+        "response.in_progress",
         "response.output_item.added",
-        "response.function_call_arguments.delta", "response.function_call_arguments.delta",
-        "response.function_call_arguments.done", "response.output_item.done",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
         "response.output_item.added",
         "response.function_call_arguments.delta",
-        "response.function_call_arguments.done", "response.output_item.done",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
         "response.completed",
     ]
     by_name: dict[str, list[dict[str, Any]]] = {}
     for name, data in events:
         by_name.setdefault(name, []).append(data)
     assert [d["output_index"] for d in by_name["response.output_item.added"]] == [0, 1, 2, 3]
-    assert by_name["response.function_call_arguments.done"][0]["arguments"] == "{\"city\": \"Paris\"}"
+    assert by_name["response.function_call_arguments.done"][0]["arguments"] == '{"city": "Paris"}'
     added_call = by_name["response.output_item.added"][2]["item"]
-    assert added_call == {"id": added_call["id"], "type": "function_call", "status": "in_progress",
-                          "call_id": "call_a", "name": "get_weather", "arguments": ""}
+    assert added_call == {
+        "id": added_call["id"],
+        "type": "function_call",
+        "status": "in_progress",
+        "call_id": "call_a",
+        "name": "get_weather",
+        "arguments": "",
+    }
     assert by_name["response.output_text.done"][0]["text"] == "Let me check."
     final = by_name["response.completed"][0]["response"]
     assert final["status"] == "completed" and final["output_text"] == "Let me check."
@@ -251,31 +358,50 @@ def test_sdk_parses_the_synthetic_stream() -> None:
     assert "".join(deltas) == final.output_text == "Let me check."
     calls = [i for i in final.output if i.type == "function_call"]
     assert [(c.call_id, c.name, c.arguments) for c in calls] == [
-        ("call_a", "get_weather", "{\"city\": \"Paris\"}"), ("call_b", "get_time", "{}")]
+        ("call_a", "get_weather", '{"city": "Paris"}'),
+        ("call_b", "get_time", "{}"),
+    ]
     reasoning = final.output[0]
-    assert reasoning.type == "reasoning" and reasoning.content and reasoning.content[0].text == "The user wants the weather."
+    assert (
+        reasoning.type == "reasoning"
+        and reasoning.content
+        and reasoning.content[0].text == "The user wants the weather."
+    )
 
 
 def test_truncated_stream_ends_with_response_incomplete() -> None:
-    chunks = [ChatChunk(0, {"role": "assistant", "content": None}), ChatChunk(0, {"content": "Hel"}),
-              ChatChunk(0, {}, finish_reason="length"), ChatChunk(-1, usage=USAGE)]
+    chunks = [
+        ChatChunk(0, {"role": "assistant", "content": None}),
+        ChatChunk(0, {"content": "Hel"}),
+        ChatChunk(0, {}, finish_reason="length"),
+        ChatChunk(-1, usage=USAGE),
+    ]
     events = run_stream(chunks)
     names = check_sequence(events)
     assert names[-1] == "response.incomplete"
     final = events[-1][1]["response"]
     assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "max_output_tokens"}
     assert events[-2][1]["item"]["status"] == "incomplete"
-    kinds = [e.type for e in mock_client(sse(events), "text/event-stream").responses.create(
-        model="m", input="x", stream=True)]
+    kinds = [
+        e.type
+        for e in mock_client(sse(events), "text/event-stream").responses.create(model="m", input="x", stream=True)
+    ]
     assert kinds[-1] == "response.incomplete"
 
 
 def test_empty_answer_still_has_a_message_item() -> None:
     events = run_stream([ChatChunk(0, {}, finish_reason="stop"), ChatChunk(-1, usage=USAGE)])
     names = check_sequence(events)
-    assert names == ["response.created", "response.in_progress", "response.output_item.added",
-                     "response.content_part.added", "response.output_text.done", "response.content_part.done",
-                     "response.output_item.done", "response.completed"]
+    assert names == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
 
 
 def test_failure_mid_stream_is_error_then_response_failed() -> None:
@@ -315,14 +441,20 @@ def test_max_output_tokens_gives_incomplete(client: openai.OpenAI) -> None:
 
 
 def test_items_input_with_history(client: openai.OpenAI) -> None:
-    r = client.responses.create(model="m", max_output_tokens=8, instructions="Answer briefly.", **GREEDY, input=[
-        {"role": "developer", "content": "Prefer short words."},
-        {"role": "user", "content": [{"type": "input_text", "text": "What is the weather in Paris?"}]},
-        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"},
-        {"type": "function_call_output", "call_id": "call_1", "output": "Sunny, 22C"},
-        {"role": "assistant", "content": [{"type": "output_text", "text": "It is sunny."}]},
-        {"role": "user", "content": "Thanks!"},
-    ])
+    r = client.responses.create(
+        model="m",
+        max_output_tokens=8,
+        instructions="Answer briefly.",
+        **GREEDY,
+        input=[
+            {"role": "developer", "content": "Prefer short words."},
+            {"role": "user", "content": [{"type": "input_text", "text": "What is the weather in Paris?"}]},
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": "Sunny, 22C"},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "It is sunny."}]},
+            {"role": "user", "content": "Thanks!"},
+        ],
+    )
     assert r.output_text and r.usage is not None and r.usage.input_tokens > 20
 
 
@@ -330,22 +462,35 @@ def test_instructions_reach_the_prompt(base_url: str) -> None:
     # SmolLM2's template writes a default system prompt when there is none; the
     # instructions replace it, so compare two instructions of different length.
     def count(instructions: str) -> int:
-        r = httpx.post(f"{base_url}/v1/responses/input_tokens", timeout=60,
-                       json={"model": "m", "input": "Hi", "instructions": instructions})
+        r = httpx.post(
+            f"{base_url}/v1/responses/input_tokens",
+            timeout=60,
+            json={"model": "m", "input": "Hi", "instructions": instructions},
+        )
         assert r.status_code == 200 and r.json()["object"] == "response.input_tokens"
         return int(r.json()["input_tokens"])
+
     assert count("You are a pirate. " * 5) - count("You are a pirate. ") == 4 * 5
 
 
 def test_stream_via_sdk_matches_create(client: openai.OpenAI) -> None:
     whole = client.responses.create(model="m", input="Name a color.", max_output_tokens=12, **GREEDY)
-    events = list(client.responses.create(model="m", input="Name a color.", max_output_tokens=12, stream=True,
-                                          **GREEDY))
+    events = list(
+        client.responses.create(model="m", input="Name a color.", max_output_tokens=12, stream=True, **GREEDY)
+    )
     kinds = [e.type for e in events]
-    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
-                         "response.content_part.added"]
-    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
-                          "response.completed" if whole.status == "completed" else "response.incomplete"]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed" if whole.status == "completed" else "response.incomplete",
+    ]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == whole.output_text
@@ -366,21 +511,38 @@ class Verdict(BaseModel):
 
 
 def test_json_schema_text_format(client: openai.OpenAI) -> None:
-    r = client.responses.parse(model="m", input="Is the sky blue? Answer in JSON.", text_format=Verdict,
-                               max_output_tokens=16, **GREEDY)
+    r = client.responses.parse(
+        model="m", input="Is the sky blue? Answer in JSON.", text_format=Verdict, max_output_tokens=16, **GREEDY
+    )
     assert r.status == "completed", r.output_text
     assert isinstance(r.output_parsed, Verdict)
-    raw = client.responses.create(model="m", input="Give me a JSON object.", max_output_tokens=16, **GREEDY,
-                                  text={"format": {"type": "json_schema", "name": "v", "strict": True, "schema": {
-                                      "type": "object", "properties": {"ok": {"type": "boolean"}},
-                                      "required": ["ok"], "additionalProperties": False}}})
+    raw = client.responses.create(
+        model="m",
+        input="Give me a JSON object.",
+        max_output_tokens=16,
+        **GREEDY,
+        text={
+            "format": {
+                "type": "json_schema",
+                "name": "v",
+                "strict": True,
+                "schema": {
+                    "type": "object",
+                    "properties": {"ok": {"type": "boolean"}},
+                    "required": ["ok"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+    )
     assert isinstance(json.loads(raw.output_text)["ok"], bool)
 
 
 def test_bad_bodies_are_400(base_url: str) -> None:
     for raw in (b"{bad", json.dumps({"model": "m"}).encode(), json.dumps({"input": 5}).encode()):
-        r = httpx.post(f"{base_url}/v1/responses", content=raw, headers={"content-type": "application/json"},
-                       timeout=60)
+        r = httpx.post(
+            f"{base_url}/v1/responses", content=raw, headers={"content-type": "application/json"}, timeout=60
+        )
         assert r.status_code == 400, r.text
         assert r.json()["error"]["type"] == "invalid_request_error"
 
@@ -395,8 +557,12 @@ def item_texts(items: list[Any]) -> list[tuple[str, str]]:
 
 
 def count_input_tokens(base_url: str, key: str = "none", **body: Any) -> int:
-    r = httpx.post(f"{base_url}/v1/responses/input_tokens", json={"model": "m", **body}, timeout=60,
-                   headers={"authorization": f"Bearer {key}"})
+    r = httpx.post(
+        f"{base_url}/v1/responses/input_tokens",
+        json={"model": "m", **body},
+        timeout=60,
+        headers={"authorization": f"Bearer {key}"},
+    )
     assert r.status_code == 200, r.text
     return int(r.json()["input_tokens"])
 
@@ -413,21 +579,31 @@ def test_stored_response_retrieve_and_input_items(client: openai.OpenAI) -> None
 
 
 def test_previous_response_id_continues_and_pages(client: openai.OpenAI, base_url: str) -> None:
-    first = client.responses.create(model="m", **SHORT, input=[
-        {"role": "user", "content": "Say one."}, {"role": "assistant", "content": "one"},
-        {"role": "user", "content": "Say two."}])
+    first = client.responses.create(
+        model="m",
+        **SHORT,
+        input=[
+            {"role": "user", "content": "Say one."},
+            {"role": "assistant", "content": "one"},
+            {"role": "user", "content": "Say two."},
+        ],
+    )
     second = client.responses.create(model="m", previous_response_id=first.id, input="Say three.", **SHORT)
     assert second.previous_response_id == first.id
-    expected = [("user", "Say one."), ("assistant", "one"), ("user", "Say two."),
-                ("assistant", first.output_text), ("user", "Say three.")]
+    expected = [
+        ("user", "Say one."),
+        ("assistant", "one"),
+        ("user", "Say two."),
+        ("assistant", first.output_text),
+        ("user", "Say three."),
+    ]
     # The SDK follows after= through pages of 2 (desc, the default order).
     every = list(client.responses.input_items.list(second.id, limit=2))
     assert item_texts(every) == expected[::-1] and len({i.id for i in every}) == 5
     page = client.responses.input_items.list(second.id, limit=2, order="asc")
     assert item_texts(page.data) == expected[:2] and page.has_more is True
     # input_tokens sees the same conversation as the generation did.
-    assert count_input_tokens(base_url, previous_response_id=first.id, input="Say three.") == \
-        second.usage.input_tokens  # type: ignore[union-attr]
+    assert count_input_tokens(base_url, previous_response_id=first.id, input="Say three.") == second.usage.input_tokens  # type: ignore[union-attr]
     bad = httpx.get(f"{base_url}/v1/responses/{second.id}/input_items", params={"limit": 0}, timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit"
 
@@ -470,8 +646,11 @@ def test_unknown_previous_response_id_is_404(client: openai.OpenAI, base_url: st
     with pytest.raises(openai.NotFoundError) as info:
         client.responses.create(model="m", input="Hi", previous_response_id="resp_unknown", **SHORT)
     assert "resp_unknown" in str(info.value)
-    raw = httpx.post(f"{base_url}/v1/responses", timeout=30,
-                     json={"model": "m", "input": "Hi", "previous_response_id": "resp_unknown"})
+    raw = httpx.post(
+        f"{base_url}/v1/responses",
+        timeout=30,
+        json={"model": "m", "input": "Hi", "previous_response_id": "resp_unknown"},
+    )
     assert raw.status_code == 404
     error = raw.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == "previous_response_id"
@@ -489,8 +668,9 @@ def test_conversation_survives_a_restart(model_path: str, tmp_path: Path) -> Non
 
     before = start_server(args, tmp_path)
     try:
-        first = sdk(before.url).responses.create(model="m", input=first_q, instructions="Answer in French.",
-                                                  store=True, **SHORT)
+        first = sdk(before.url).responses.create(
+            model="m", input=first_q, instructions="Answer in French.", store=True, **SHORT
+        )
         assert first.store is True
     finally:
         stop_server(before)  # SIGTERM
@@ -509,9 +689,15 @@ def test_conversation_survives_a_restart(model_path: str, tmp_path: Path) -> Non
         assert follow.previous_response_id == first.id and follow.usage is not None
         # The prompt is exactly the earlier turn plus the new input, and the
         # earlier instructions are not carried over (OpenAI's semantics).
-        explicit = count_input_tokens(after.url, key, input=[
-            {"role": "user", "content": first_q}, {"role": "assistant", "content": first.output_text},
-            {"role": "user", "content": second_q}])
+        explicit = count_input_tokens(
+            after.url,
+            key,
+            input=[
+                {"role": "user", "content": first_q},
+                {"role": "assistant", "content": first.output_text},
+                {"role": "user", "content": second_q},
+            ],
+        )
         alone = count_input_tokens(after.url, key, input=second_q)
         assert follow.usage.input_tokens == explicit > alone
         items = client.responses.input_items.list(follow.id, order="asc")

@@ -6,7 +6,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -49,8 +48,10 @@ def chat_text(server: RunningServer) -> str:
 @pytest.fixture(scope="module")
 def sleepy(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     # -c 4096: a KV cache of ~94 MiB on top of the ~94 MiB of weights, so freeing is plainly visible.
-    srv = start_server(["-m", model_path, "-c", "4096", "-np", "2", "-t", "1", "--metrics",
-                        "--sleep-idle-seconds", "2"], tmp_path_factory.mktemp("sleepy"))
+    srv = start_server(
+        ["-m", model_path, "-c", "4096", "-np", "2", "-t", "1", "--metrics", "--sleep-idle-seconds", "2"],
+        tmp_path_factory.mktemp("sleepy"),
+    )
     yield srv
     stop_server(srv)
 
@@ -97,7 +98,7 @@ def test_concurrent_tasks_share_one_reload(sleepy: RunningServer) -> None:
     def ask() -> None:
         try:
             results.append(chat_text(sleepy))
-        except BaseException as exc:  # noqa: BLE001 -- reported by the assertion below
+        except BaseException as exc:
             results.append(exc)
 
     threads = [threading.Thread(target=ask) for _ in range(2)]
@@ -112,15 +113,16 @@ def test_concurrent_tasks_share_one_reload(sleepy: RunningServer) -> None:
 
 @pytest.fixture(scope="module")
 def light_sleeper(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    srv = start_server(["-m", model_path, "-c", "1024", "-np", "1", "-t", "1", "--sleep-idle-seconds", "1"],
-                       tmp_path_factory.mktemp("light"))
+    srv = start_server(
+        ["-m", model_path, "-c", "1024", "-np", "1", "-t", "1", "--sleep-idle-seconds", "1"],
+        tmp_path_factory.mktemp("light"),
+    )
     yield srv
     stop_server(srv)
 
 
 def test_a_stream_longer_than_the_idle_time_is_never_put_to_sleep(light_sleeper: RunningServer) -> None:
-    body = {"prompt": "Once upon a time", "n_predict": 200, "ignore_eos": True, "stream": True,
-            "temperature": 0}
+    body = {"prompt": "Once upon a time", "n_predict": 200, "ignore_eos": True, "stream": True, "temperature": 0}
     t0 = time.perf_counter()
     chunks: list[dict[str, object]] = []
     with httpx.stream("POST", f"{light_sleeper.url}/completion", json=body, timeout=120) as r:

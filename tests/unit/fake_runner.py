@@ -30,8 +30,15 @@ class FakeSampler:
 
 
 class FakeRunner:
-    def __init__(self, *, n_ctx_seq: int = 256, n_batch: int = 16, n_seq_max: int = 4,
-                 pieces: dict[int, bytes] | None = None, n_ubatch: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        n_ctx_seq: int = 256,
+        n_batch: int = 16,
+        n_seq_max: int = 4,
+        pieces: dict[int, bytes] | None = None,
+        n_ubatch: int | None = None,
+    ) -> None:
         self.n_ctx_seq = n_ctx_seq
         self.n_batch = n_batch
         self.n_ubatch = n_batch if n_ubatch is None else n_ubatch
@@ -82,7 +89,7 @@ class FakeRunner:
 
     def _next(self, seq: list[int]) -> int:
         for prompt, script in self.scripts.items():
-            if tuple(seq[:len(prompt)]) == prompt:
+            if tuple(seq[: len(prompt)]) == prompt:
                 i = len(seq) - len(prompt)
                 return script[i] if i < len(script) else 7
         return 7

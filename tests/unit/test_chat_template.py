@@ -152,9 +152,7 @@ def test_tool_round_trip_hermes_style(name: str) -> None:
     prompt = template.render(messages, tools=[WEATHER_TOOL])
     # Arguments arrived as a JSON string and are rendered as a JSON object (parsed, then
     # ``tojson``): not double-encoded, not a Python repr.
-    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in (
-        prompt
-    )
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in (prompt)
     assert "<tool_response>\nSunny, 24 degrees\n</tool_response>" in prompt
     assert "Get the current weather in a city." in prompt  # the tool schema is in the prompt
     assert "None" not in prompt
@@ -217,9 +215,7 @@ def test_string_only_arguments_are_not_parsed() -> None:
 
 
 def test_tools_absent_means_undefined() -> None:
-    template = ChatTemplate(
-        "{% if tools is defined %}T{{ tools | length }}{% else %}none{% endif %}"
-    )
+    template = ChatTemplate("{% if tools is defined %}T{{ tools | length }}{% else %}none{% endif %}")
     assert template.render([]) == "none"
     assert template.render([], tools=[]) == "none"
     assert template.render([], tools=[WEATHER_TOOL]) == "T1"
@@ -331,12 +327,8 @@ def test_tojson_matches_transformers() -> None:
 
     assert render("{{ value | tojson }}") == '{"b": "é<&>\'", "a": [1, 2]}'
     assert render("{{ value | tojson(ensure_ascii=True) }}") == json.dumps(value)
-    assert render("{{ value | tojson(indent=2) }}") == json.dumps(
-        value, ensure_ascii=False, indent=2
-    )
-    assert render("{{ value | tojson(separators=(',', ':'), sort_keys=true) }}") == (
-        '{"a":[1,2],"b":"é<&>\'"}'
-    )
+    assert render("{{ value | tojson(indent=2) }}") == json.dumps(value, ensure_ascii=False, indent=2)
+    assert render("{{ value | tojson(separators=(',', ':'), sort_keys=true) }}") == ('{"a":[1,2],"b":"é<&>\'"}')
     assert render("{{ missing | tojson }}") == "null"
     assert render("{{ value.a | map('string') | tojson }}") == '["1", "2"]'
 
@@ -352,9 +344,7 @@ def test_strftime_now() -> None:
 
 
 def test_generation_tag_is_accepted() -> None:
-    template = ChatTemplate(
-        "{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}"
-    )
+    template = ChatTemplate("{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}")
     assert template.render([{"role": "assistant", "content": "a"}]) == "[a]"
 
 
@@ -408,9 +398,7 @@ def test_chatml_fallback_exact_output() -> None:
         "<|im_start|>user\nBye<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
-    assert template.render(messages[:1], add_generation_prompt=False) == (
-        "<|im_start|>system\nBe brief.<|im_end|>\n"
-    )
+    assert template.render(messages[:1], add_generation_prompt=False) == ("<|im_start|>system\nBe brief.<|im_end|>\n")
     assert template.generation_prompt(messages) == "<|im_start|>assistant\n"
 
 
@@ -488,18 +476,15 @@ def test_normalize_options() -> None:
     message = [{"role": "user", "content": parts}]
     with pytest.raises(TemplateError, match="unsupported content part type: 'image_url'"):
         normalize_messages(message)
-    assert normalize_messages(message, media_marker="<__media__>")[0]["content"] == (
-        "look\n<__media__>"
-    )
-    assert normalize_messages(message, concat_text_parts=False, media_marker="<m>")[0][
-        "content"
-    ] == [{"type": "text", "text": "look"}, {"type": "text", "text": "<m>"}]
+    assert normalize_messages(message, media_marker="<__media__>")[0]["content"] == ("look\n<__media__>")
+    assert normalize_messages(message, concat_text_parts=False, media_marker="<m>")[0]["content"] == [
+        {"type": "text", "text": "look"},
+        {"type": "text", "text": "<m>"},
+    ]
     null = [{"role": "assistant", "content": None}]
     assert normalize_messages(null, null_content_as_empty=True)[0]["content"] == ""
     call = {"function": {"name": "f", "arguments": '{"x": 1}'}}
-    unparsed = normalize_messages(
-        [{"role": "assistant", "tool_calls": [call]}], parse_arguments=False
-    )
+    unparsed = normalize_messages([{"role": "assistant", "tool_calls": [call]}], parse_arguments=False)
     assert unparsed[0]["tool_calls"][0]["function"]["arguments"] == '{"x": 1}'
     with pytest.raises(TemplateError, match="needs a string 'text'"):
         normalize_messages([{"role": "user", "content": [{"type": "text", "text": 5}]}])

@@ -20,10 +20,47 @@ def model_file(tmp_path: Path) -> str:
 
 
 def test_flags_map_to_config(model_file: str) -> None:
-    cfg = config_from_args(["-m", model_file, "-c", "4096", "-np", "8", "-b", "512", "-ub", "256", "-t", "2",
-                            "-tb", "3", "--host", "0.0.0.0", "--port", "9000", "-a", "one,two", "-n", "64",
-                            "--temp", "0.2", "--top-k", "10", "--top-p", "0.5", "--min-p", "0.1", "--seed", "7",
-                            "--no-jinja", "-v", "--timeout", "30"], environ={})
+    cfg = config_from_args(
+        [
+            "-m",
+            model_file,
+            "-c",
+            "4096",
+            "-np",
+            "8",
+            "-b",
+            "512",
+            "-ub",
+            "256",
+            "-t",
+            "2",
+            "-tb",
+            "3",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "9000",
+            "-a",
+            "one,two",
+            "-n",
+            "64",
+            "--temp",
+            "0.2",
+            "--top-k",
+            "10",
+            "--top-p",
+            "0.5",
+            "--min-p",
+            "0.1",
+            "--seed",
+            "7",
+            "--no-jinja",
+            "-v",
+            "--timeout",
+            "30",
+        ],
+        environ={},
+    )
     assert (cfg.ctx_size, cfg.n_parallel, cfg.batch_size, cfg.ubatch_size) == (4096, 8, 512, 256)
     assert (cfg.threads, cfg.threads_batch, cfg.host, cfg.port) == (2, 3, "0.0.0.0", 9000)
     assert cfg.alias == ("one", "two") and cfg.model_alias == "one"
@@ -33,9 +70,17 @@ def test_flags_map_to_config(model_file: str) -> None:
 
 
 def test_environment_variables_and_flag_precedence(model_file: str) -> None:
-    env = {"LLAMA_ARG_MODEL": model_file, "LLAMA_ARG_CTX_SIZE": "2048", "LLAMA_ARG_N_PARALLEL": "3",
-           "LLAMA_ARG_PORT": "8123", "LLAMA_ARG_TEMPERATURE": "0.3", "LLAMA_ARG_JINJA": "off",
-           "LLAMA_ARG_ENDPOINT_METRICS": "1", "LLAMA_API_KEY": "k1,k2", "LLAMA_ARG_KV_UNIFIED": "true"}
+    env = {
+        "LLAMA_ARG_MODEL": model_file,
+        "LLAMA_ARG_CTX_SIZE": "2048",
+        "LLAMA_ARG_N_PARALLEL": "3",
+        "LLAMA_ARG_PORT": "8123",
+        "LLAMA_ARG_TEMPERATURE": "0.3",
+        "LLAMA_ARG_JINJA": "off",
+        "LLAMA_ARG_ENDPOINT_METRICS": "1",
+        "LLAMA_API_KEY": "k1,k2",
+        "LLAMA_ARG_KV_UNIFIED": "true",
+    }
     cfg = config_from_args([], environ=env)
     assert cfg.model == model_file and cfg.ctx_size == 2048 and cfg.n_parallel == 3 and cfg.port == 8123
     assert cfg.sampling.temperature == 0.3 and cfg.jinja is False and cfg.endpoint_metrics is True
@@ -87,7 +132,15 @@ def test_missing_model_exits_1_with_a_message() -> None:
 
 def test_llama_serve_subcommand() -> None:
     assert llama_main(["frobnicate"]) == 1
-    r = subprocess.run([sys.executable, "-c", "import sys; from llamaserve.cli import llama_main; "
-                        "sys.exit(llama_main(['serve', '-m', '/nonexistent.gguf']))"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from llamaserve.cli import llama_main; "
+            "sys.exit(llama_main(['serve', '-m', '/nonexistent.gguf']))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1 and "model file not found" in r.stderr

@@ -19,8 +19,8 @@ pytest.importorskip("gguf")
 C = pytest.importorskip("llama_cpp.llama_cpp")
 
 from llamaserve.convert import bert as conv  # noqa: E402
-from tests.llama_logs import silenced_llama_logs  # noqa: E402
 from llamaserve.convert.safetensors_io import SafetensorsFile, load_safetensors  # noqa: E402
+from tests.llama_logs import silenced_llama_logs  # noqa: E402
 
 MINILM = conv.locate_minilm()
 needs_model = pytest.mark.skipif(MINILM is None, reason=f"{conv.MINILM_DIST} is not installed")
@@ -60,6 +60,7 @@ UNRELATED = [(0, 2), (4, 10), (6, 13), (8, 11), (1, 12)]
 # A minimal llama.cpp embedder over the ctypes API
 # ---------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module", autouse=True)
 def _quiet_llama_logs() -> Iterator[None]:
     with silenced_llama_logs():
@@ -77,9 +78,9 @@ class LlamaEncoder:
         cparams = C.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = n_ctx
-        cparams.n_ubatch = n_ctx     # an encoder needs a whole sequence in one ubatch
+        cparams.n_ubatch = n_ctx  # an encoder needs a whole sequence in one ubatch
         cparams.n_seq_max = n_seq_max
-        cparams.kv_unified = True    # else n_ctx is split per sequence and padded to 256 each
+        cparams.kv_unified = True  # else n_ctx is split per sequence and padded to 256 each
         cparams.n_threads = cparams.n_threads_batch = 2
         cparams.embeddings = True
         cparams.pooling_type = pooling
@@ -153,6 +154,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 # Fixtures
 # ---------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def models() -> tuple[Path, Path]:
     if MINILM is None:
@@ -176,6 +178,7 @@ def gguf_embeddings(embedder) -> np.ndarray:
 # Converter without llama.cpp
 # ---------------------------------------------------------------------------------------------
 
+
 def test_safetensors_reader_roundtrip(tmp_path):
     import json
 
@@ -189,8 +192,11 @@ def test_safetensors_reader_roundtrip(tmp_path):
     header, blobs, off = {}, [], 0
     for name, arr in tensors.items():
         raw = arr.astype(arr.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": {"float32": "F32", "float16": "F16", "int64": "I64"}[arr.dtype.name],
-                        "shape": list(arr.shape), "data_offsets": [off, off + len(raw)]}
+        header[name] = {
+            "dtype": {"float32": "F32", "float16": "F16", "int64": "I64"}[arr.dtype.name],
+            "shape": list(arr.shape),
+            "data_offsets": [off, off + len(raw)],
+        }
         blobs.append(raw)
         off += len(raw)
     header["d"] = {"dtype": "BF16", "shape": [3], "data_offsets": [off, off + len(bf16_raw)]}
@@ -300,12 +306,12 @@ def test_cached_models_reused(tmp_path):
 # llama.cpp loads the GGUFs
 # ---------------------------------------------------------------------------------------------
 
+
 @needs_model
 def test_tokenization_is_cls_text_sep(embedder):
     toks = embedder.tokenize("Hello, world!")
     vocab = (MINILM / "vocab.txt").read_text(encoding="utf-8").split("\n")
-    assert toks == [101, vocab.index("hello"), vocab.index(","), vocab.index("world"),
-                    vocab.index("!"), 102]
+    assert toks == [101, vocab.index("hello"), vocab.index(","), vocab.index("world"), vocab.index("!"), 102]
     toks = embedder.tokenize("playing")
     assert toks[0] == 101 and toks[-1] == 102
     assert C.llama_vocab_get_add_bos(embedder.vocab) and C.llama_vocab_get_add_eos(embedder.vocab)
@@ -350,7 +356,7 @@ def test_matches_sentence_transformers(gguf_embeddings, monkeypatch):
 def test_tokenization_matches_reference_tokenizer(embedder):
     tokenizers = pytest.importorskip("tokenizers")
     tok = tokenizers.Tokenizer.from_file(str(MINILM / "tokenizer.json"))
-    tok.no_padding()      # the shipped tokenizer.json pads to 128
+    tok.no_padding()  # the shipped tokenizer.json pads to 128
     tok.no_truncation()
     for s in SENTENCES:
         assert embedder.tokenize(s) == tok.encode(s).ids, s
@@ -372,6 +378,7 @@ def test_f32_conversion_matches_f16(tmp_path, gguf_embeddings):
 # Reranker mechanics
 # ---------------------------------------------------------------------------------------------
 
+
 def _rank_scores(path: Path, pairs: list[tuple[str, str]]) -> list[float]:
     enc = LlamaEncoder(path, C.LLAMA_POOLING_TYPE_RANK)
     try:
@@ -380,8 +387,8 @@ def _rank_scores(path: Path, pairs: list[tuple[str, str]]) -> list[float]:
         assert n_out == 1
         seqs = []
         for q, d in pairs:
-            qt = enc.tokenize(q)          # [CLS] q [SEP]
-            dt = enc.tokenize(d)[1:]      # d [SEP]
+            qt = enc.tokenize(q)  # [CLS] q [SEP]
+            dt = enc.tokenize(d)[1:]  # d [SEP]
             seqs.append(qt + dt)
         return [float(v[0]) for v in enc.encode_tokens(seqs, n_out=n_out)]
     finally:

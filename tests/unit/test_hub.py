@@ -7,15 +7,29 @@ from pathlib import Path
 
 import pytest
 
-from llamaserve.hub.cache import (cache_dir, cached_repo_files, hf_cache_path, read_manifest, url_cache_path,
-                                  write_manifest)
+from llamaserve.hub.cache import (
+    cache_dir,
+    cached_repo_files,
+    hf_cache_path,
+    read_manifest,
+    url_cache_path,
+    write_manifest,
+)
 from llamaserve.hub.errors import DownloadError
 from llamaserve.hub.hf import file_url, hub_endpoint
 from llamaserve.hub.progress import MIB, ProgressBar
 from llamaserve.hub.select import parse_repo, pick_files, split_parts
 
-LISTING = ["README.md", "mmproj-model-f16.gguf", "model-IQ4_XS.gguf", "model-Q4_K.gguf", "model-Q4_K_M.gguf",
-           "model-Q8_0.gguf", "Q6_K/model-Q6_K-00001-of-00002.gguf", "Q6_K/model-Q6_K-00002-of-00002.gguf"]
+LISTING = [
+    "README.md",
+    "mmproj-model-f16.gguf",
+    "model-IQ4_XS.gguf",
+    "model-Q4_K.gguf",
+    "model-Q4_K_M.gguf",
+    "model-Q8_0.gguf",
+    "Q6_K/model-Q6_K-00001-of-00002.gguf",
+    "Q6_K/model-Q6_K-00002-of-00002.gguf",
+]
 
 
 def test_parse_repo() -> None:
@@ -46,10 +60,15 @@ def test_tag_matches_case_insensitively_and_whole_words_first() -> None:
 
 
 def test_split_models_come_whole_first_part_first() -> None:
-    assert pick_files(LISTING, "Q6_K", "u/m") == ["Q6_K/model-Q6_K-00001-of-00002.gguf",
-                                                  "Q6_K/model-Q6_K-00002-of-00002.gguf"]
-    assert split_parts("x-00003-of-00003.gguf") == ["x-00001-of-00003.gguf", "x-00002-of-00003.gguf",
-                                                    "x-00003-of-00003.gguf"]
+    assert pick_files(LISTING, "Q6_K", "u/m") == [
+        "Q6_K/model-Q6_K-00001-of-00002.gguf",
+        "Q6_K/model-Q6_K-00002-of-00002.gguf",
+    ]
+    assert split_parts("x-00003-of-00003.gguf") == [
+        "x-00001-of-00003.gguf",
+        "x-00002-of-00003.gguf",
+        "x-00003-of-00003.gguf",
+    ]
     assert split_parts("plain.gguf") == ["plain.gguf"]
     with pytest.raises(DownloadError, match="lacks part"):
         pick_files(["m-00001-of-00003.gguf", "m-00003-of-00003.gguf"], None, "u/m")

@@ -105,7 +105,7 @@ CASES: dict[str, tuple[Any, list[Any], list[Any]]] = {
             {"age": 30, "name": "Ann"},  # properties come in declared order
             Raw('{"name":"Ann","age":30}\n\n'),
             Raw('{\n\n"name":"Ann","age":30}'),  # one newline per whitespace slot
-            Raw('{\n' + " " * 21 + '"name":"Ann","age":30}'),  # bounded indentation
+            Raw("{\n" + " " * 21 + '"name":"Ann","age":30}'),  # bounded indentation
         ],
     ),
     "empty-properties": (
@@ -223,7 +223,7 @@ CASES: dict[str, tuple[Any, list[Any], list[Any]]] = {
         [1, "bb"],
     ),
     "const": (
-        {"const": {"version": 2, "name": "x\"y"}},
+        {"const": {"version": 2, "name": 'x"y'}},
         [{"version": 2, "name": 'x"y'}],
         [{"version": 3, "name": 'x"y'}, {"name": 'x"y', "version": 2}],
     ),
@@ -260,8 +260,7 @@ CASES: dict[str, tuple[Any, list[Any], list[Any]]] = {
     "allof-closed-side": (
         {
             "allOf": [
-                {"type": "object", "properties": {"a": {"type": "integer"}},
-                 "additionalProperties": False},
+                {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
                 {"properties": {"b": {"type": "integer"}}},
             ]
         },
@@ -270,8 +269,9 @@ CASES: dict[str, tuple[Any, list[Any], list[Any]]] = {
     ),
     "ref-with-siblings": (
         {
-            "$defs": {"base": {"type": "object", "properties": {"x": {"type": "integer"}},
-                               "additionalProperties": False}},
+            "$defs": {
+                "base": {"type": "object", "properties": {"x": {"type": "integer"}}, "additionalProperties": False}
+            },
             "$ref": "#/$defs/base",
             "required": ["x"],
         },
@@ -316,7 +316,7 @@ CASES: dict[str, tuple[Any, list[Any], list[Any]]] = {
     ),
     "pattern-unanchored": (
         {"type": "string", "pattern": "ab+c"},
-        ["abc", "xxabbbcyy", "\"abc\""],
+        ["abc", "xxabbbcyy", '"abc"'],
         ["ac", "abx", ""],
     ),
     "pattern-with-length": (
@@ -337,8 +337,7 @@ CASES: dict[str, tuple[Any, list[Any], list[Any]]] = {
     "format-date": (
         {"type": "string", "format": "date"},
         ["2024-02-29", "2000-02-29", "2023-12-31", "1999-04-30"],
-        ["2023-02-29", "1900-02-29", "2023-04-31", "2023-13-01", "2023-1-01", "x", "0000-01-01",
-         "0000-02-29"],
+        ["2023-02-29", "1900-02-29", "2023-04-31", "2023-13-01", "2023-1-01", "x", "0000-01-01", "0000-02-29"],
     ),
     "format-time": (
         {"type": "string", "format": "time"},
@@ -431,14 +430,17 @@ CASES: dict[str, tuple[Any, list[Any], list[Any]]] = {
         [{"b": None}],
     ),
     "min-properties-one": (
-        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-         "additionalProperties": False, "minProperties": 1},
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "additionalProperties": False,
+            "minProperties": 1,
+        },
         [{"a": 1}, {"b": 2}, {"a": 1, "b": 2}],
         [{}],
     ),
     "not-keys": (
-        {"type": "object",
-         "properties": {k: {"type": "integer"} for k in ["a", "ab", "abc", "b", 'x"y', "é"]}},
+        {"type": "object", "properties": {k: {"type": "integer"} for k in ["a", "ab", "abc", "b", 'x"y', "é"]}},
         [{"a": 1}, {"abcd": "s"}, {"e": "x"}, {"": None}, {"a": 1, "ac": "s"}, {'x"y': 2}],
         # a declared name can only appear as itself, with its own schema
         [{"a": "s"}, {"ab": "s"}, {"é": "x"}, {'x"y': "s"}, Raw('{"\\u0061":"s"}')],
@@ -489,18 +491,32 @@ def test_valid_and_invalid_instances(name: str) -> None:
 def test_json_object_grammar() -> None:
     assert json_grammar() == JSON_OBJECT_GRAMMAR
     g = parse_gbnf(JSON_OBJECT_GRAMMAR)
-    for ok in ['{}', '{"a":1}', '{ "a" : [1, {"b": null}], "c": "d" }', '{\n  "x": -1.5e3\n}']:
+    for ok in ["{}", '{"a":1}', '{ "a" : [1, {"b": null}], "c": "d" }', '{\n  "x": -1.5e3\n}']:
         assert g.matches(ok), ok
-    for bad in ["[]", '"x"', "1", '{"a":}', '{"a":1,}', '{a:1}', "{} {}"]:
+    for bad in ["[]", '"x"', "1", '{"a":}', '{"a":1,}', "{a:1}", "{} {}"]:
         assert not g.matches(bad), bad
 
 
 def test_integer_ranges_are_exact() -> None:
     rng = random.Random(1234)
     bounds: list[tuple[int | None, int | None]] = [
-        (0, None), (1, None), (-5, None), (None, 0), (None, -3), (None, 99), (-100, 100),
-        (7, 7), (10, 19), (95, 1005), (-1234, -56), (-9, 9), (123, 4567), (0, 0), (1000, 1000),
-        (-99999, 100001), (987654, 1234567),
+        (0, None),
+        (1, None),
+        (-5, None),
+        (None, 0),
+        (None, -3),
+        (None, 99),
+        (-100, 100),
+        (7, 7),
+        (10, 19),
+        (95, 1005),
+        (-1234, -56),
+        (-9, 9),
+        (123, 4567),
+        (0, 0),
+        (1000, 1000),
+        (-99999, 100001),
+        (987654, 1234567),
     ]
     for lo, hi in bounds:
         schema: dict[str, Any] = {"type": "integer"}
@@ -511,7 +527,7 @@ def test_integer_ranges_are_exact() -> None:
         g = compile_checked(schema)
         around = [b + d for b in (lo, hi, 0) if b is not None for d in range(-12, 13)]
         samples = around + [rng.randint(-3_000_000, 3_000_000) for _ in range(150)]
-        samples += [rng.randint(-10**15 + 1, 10**15 - 1) for _ in range(20)]
+        samples += [rng.randint(-(10**15) + 1, 10**15 - 1) for _ in range(20)]
         for v in samples:
             expected = (lo is None or v >= lo) and (hi is None or v <= hi)
             assert g.matches(str(v)) == expected, (schema, v)
@@ -551,10 +567,43 @@ def test_number_ranges_are_exact() -> None:
         {"exclusiveMinimum": -0.5, "maximum": 12},
         {"minimum": 99.99, "maximum": 1000},
     ]
-    edge = ["0", "0.0", "0.5", "1", "1.5", "1.50", "2.25", "-2.25", "-2.250", "0.25", "0.75",
-            "0.250", "0.7500", "1.05", "-1.05", "2.5", "0.001", "0.0015", "0.00149", "-99",
-            "-99.0001", "-100.5", "123.456", "123.4561", "99.99", "1000", "1000.0", "10.125",
-            "10.1249", "-0.5", "-0.4999", "12", "12.0001", "3", "2.9999"]
+    edge = [
+        "0",
+        "0.0",
+        "0.5",
+        "1",
+        "1.5",
+        "1.50",
+        "2.25",
+        "-2.25",
+        "-2.250",
+        "0.25",
+        "0.75",
+        "0.250",
+        "0.7500",
+        "1.05",
+        "-1.05",
+        "2.5",
+        "0.001",
+        "0.0015",
+        "0.00149",
+        "-99",
+        "-99.0001",
+        "-100.5",
+        "123.456",
+        "123.4561",
+        "99.99",
+        "1000",
+        "1000.0",
+        "10.125",
+        "10.1249",
+        "-0.5",
+        "-0.4999",
+        "12",
+        "12.0001",
+        "3",
+        "2.9999",
+    ]
     for spec in specs:
         g = compile_checked({"type": "number", **spec})
         for text in edge + _canonical_decimals(rng, 250):
@@ -569,10 +618,33 @@ def test_number_ranges_are_exact() -> None:
 
 
 PATTERNS = [
-    "^[a-c]+$", "a|b", "^(ab|c)*$", "^a{2,3}b?$", "^\\d+(\\.\\d{1,2})?$", "^[^a]*$", "b$",
-    "^a", "^(a*)*b$", "^(?:a?b?)+$", "^\\w\\s\\W$", "^.a.$", "^x*$|^y+$", "^[\\]\\\\-]+$",
-    "^(?<name>a|bc){0,2}$", "^a+?b*?$", "", "^$", "^[-a]$", "\\.", '^"', "^(a|b|)c$",
-    "^\\x41\\u0042$", "^[\\d_]{0,4}$", "^(a{0,40}){2}$", "^\\S+$", "^\\D\\d$",
+    "^[a-c]+$",
+    "a|b",
+    "^(ab|c)*$",
+    "^a{2,3}b?$",
+    "^\\d+(\\.\\d{1,2})?$",
+    "^[^a]*$",
+    "b$",
+    "^a",
+    "^(a*)*b$",
+    "^(?:a?b?)+$",
+    "^\\w\\s\\W$",
+    "^.a.$",
+    "^x*$|^y+$",
+    "^[\\]\\\\-]+$",
+    "^(?<name>a|bc){0,2}$",
+    "^a+?b*?$",
+    "",
+    "^$",
+    "^[-a]$",
+    "\\.",
+    '^"',
+    "^(a|b|)c$",
+    "^\\x41\\u0042$",
+    "^[\\d_]{0,4}$",
+    "^(a{0,40}){2}$",
+    "^\\S+$",
+    "^\\D\\d$",
 ]
 
 
@@ -588,18 +660,37 @@ def test_patterns_match_like_the_regex() -> None:
     alphabet = 'abcxy019_-. \t"\\]AB'
     for pattern in PATTERNS:
         g = compile_checked({"type": "string", "pattern": pattern})
-        samples = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 7)))
-                   for _ in range(300)]
-        samples += ["", "a", "ab", "abc", "aab", "b", "aaab", "a b", "1.25", "12", "x", "ya",
-                    "bcbc", "AB", "_", "a" * 16, "-]", "\\", "a9", "cc", '"x']
+        samples = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 7))) for _ in range(300)]
+        samples += [
+            "",
+            "a",
+            "ab",
+            "abc",
+            "aab",
+            "b",
+            "aaab",
+            "a b",
+            "1.25",
+            "12",
+            "x",
+            "ya",
+            "bcbc",
+            "AB",
+            "_",
+            "a" * 16,
+            "-]",
+            "\\",
+            "a9",
+            "cc",
+            '"x',
+        ]
         for s in samples:
             text = json.dumps(s, ensure_ascii=False)
             assert g.matches(text) == _ecma_search(pattern, s), (pattern, s)
 
 
 def test_pattern_with_length_limits() -> None:
-    g = compile_checked({"type": "string", "pattern": "^X[0-9]*$", "minLength": 3,
-                         "maxLength": 6})
+    g = compile_checked({"type": "string", "pattern": "^X[0-9]*$", "minLength": 3, "maxLength": 6})
     for s in ["X1", "X12", "X12345", "X123456", "x123", "X12a"]:
         assert g.matches(json.dumps(s)) == (bool(re.fullmatch("X[0-9]*", s)) and 3 <= len(s) <= 6)
     # implied limits: fine
@@ -610,8 +701,7 @@ def test_pattern_with_length_limits() -> None:
         if g.matches(json.dumps(s)):
             assert re.fullmatch("a+b+", s) and len(s) <= 5, s
     assert g.matches('"ab"') and g.matches('"aabbb"')
-    g = compile_checked({"type": "string", "pattern": "^(ab?)+c$", "minLength": 6,
-                         "maxLength": 8})
+    g = compile_checked({"type": "string", "pattern": "^(ab?)+c$", "minLength": 6, "maxLength": 8})
     for s in ["ababc", "abababc", "aaaaac", "abababac", "ababababc", "aaaaaaaac"]:
         if g.matches(json.dumps(s)):
             assert re.fullmatch("(ab?)+c", s) and 6 <= len(s) <= 8, s
@@ -623,8 +713,7 @@ def test_pattern_with_length_limits() -> None:
 @pytest.mark.parametrize(
     ("schema", "pointer"),
     [
-        ({"type": "object", "properties": {"age": {"type": "integer", "minimum": "x"}}},
-         "#/properties/age/minimum"),
+        ({"type": "object", "properties": {"age": {"type": "integer", "minimum": "x"}}}, "#/properties/age/minimum"),
         ({"type": "strin"}, "#/type"),
         ({"type": ["string", "nul"]}, "#/type/1"),
         (False, "#"),
@@ -640,8 +729,7 @@ def test_pattern_with_length_limits() -> None:
         ({"type": "number", "multipleOf": 0.5}, "#/multipleOf"),
         ({"$ref": "#/$defs/missing"}, "#/$ref"),
         ({"$ref": "https://example.com/schema.json"}, "#/$ref"),
-        ({"items": {"$ref": "#/$defs/x"}, "$defs": {"x": {"$dynamicRef": "#meta"}}},
-         "#/$defs/x/$dynamicRef"),
+        ({"items": {"$ref": "#/$defs/x"}, "$defs": {"x": {"$dynamicRef": "#meta"}}}, "#/$defs/x/$dynamicRef"),
         ({"type": "string", "pattern": "^(?=a)a$"}, "#/pattern"),
         ({"type": "string", "pattern": "^(a)\\1$"}, "#/pattern"),
         ({"type": "string", "pattern": "\\bword"}, "#/pattern"),
@@ -655,12 +743,13 @@ def test_pattern_with_length_limits() -> None:
         ({"enum": [1, 2], "type": "string"}, "#"),
         ({"type": "object", "minProperties": 2}, "#/minProperties"),
         ({"type": "object", "maxProperties": 1, "additionalProperties": True}, "#/maxProperties"),
-        ({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}},
-          "$ref": "#/$defs/a"}, "#/$defs/a/anyOf/0/$ref"),
+        (
+            {"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}, "$ref": "#/$defs/a"},
+            "#/$defs/a/anyOf/0/$ref",
+        ),
         ({"anyOf": []}, "#/anyOf"),
         # additionalProperties only sees sibling "properties": next to an allOf it forbids all.
-        ({"allOf": [{"properties": {"a": {}}}], "required": ["a"],
-          "additionalProperties": False}, "#/properties/a"),
+        ({"allOf": [{"properties": {"a": {}}}], "required": ["a"], "additionalProperties": False}, "#/properties/a"),
         ({"properties": {"a": 3}}, "#/properties/a"),
         ({"properties": {"a/b~": {"pattern": "("}}}, "#/properties/a~1b~0/pattern"),
     ],
@@ -695,36 +784,39 @@ def test_budget_deep_nesting() -> None:
 
 
 def test_budget_size() -> None:
-    _elapsed_raises({"enum": [f"value-number-{i}" for i in range(200_000)]},
-                    r"size budget of 1000000 bytes")
-    wide = {"type": "object",
-            "properties": {f"p{i}": {"type": "string", "pattern": f"^[a-z]{{{i % 7 + 1}}}x+$"}
-                           for i in range(3000)}}
+    _elapsed_raises({"enum": [f"value-number-{i}" for i in range(200_000)]}, r"size budget of 1000000 bytes")
+    wide = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string", "pattern": f"^[a-z]{{{i % 7 + 1}}}x+$"} for i in range(3000)},
+    }
     _elapsed_raises(wide, r"size budget of \d+ (rules|bytes)")
     _elapsed_raises(PERSON, r"size budget of 20 rules", max_rules=20)
     _elapsed_raises(PERSON, r"size budget of 300 bytes", max_grammar_bytes=300)
     # (A|B) & (C|D) & ... distributes into 10^12 alternatives.
-    _elapsed_raises({"allOf": [{"anyOf": [{"type": "integer", "minimum": j} for j in range(10)]}
-                               for _ in range(12)]}, "size budget")
+    _elapsed_raises(
+        {"allOf": [{"anyOf": [{"type": "integer", "minimum": j} for j in range(10)]} for _ in range(12)]}, "size budget"
+    )
 
 
 def test_budget_time() -> None:
     # Each level references the next twice through allOf: 2^25 paths when inlined.
     defs: dict[str, Any] = {
-        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]}
-        for i in range(25)
+        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(25)
     }
     defs["d25"] = {"type": "integer"}
-    _elapsed_raises({"$defs": defs, "$ref": "#/$defs/d0"}, r"time budget of 0\.5 s",
-                    deadline_s=0.5)
+    _elapsed_raises({"$defs": defs, "$ref": "#/$defs/d0"}, r"time budget of 0\.5 s", deadline_s=0.5)
     _elapsed_raises(PERSON, "time budget", deadline_s=0.0)
 
 
 def test_large_counts_stay_small() -> None:
-    text = schema_to_grammar({
-        "type": "array", "minItems": 12345, "maxItems": 987654,
-        "items": {"type": "string", "minLength": 2000, "maxLength": 10000},
-    })
+    text = schema_to_grammar(
+        {
+            "type": "array",
+            "minItems": 12345,
+            "maxItems": 987654,
+            "items": {"type": "string", "minLength": 2000, "maxLength": 10000},
+        }
+    )
     assert len(text) < 5000
     g = parse_gbnf(text)
     g.check_llama_limits()
@@ -732,8 +824,7 @@ def test_large_counts_stay_small() -> None:
 
 
 def test_grammar_text_is_ascii_and_deterministic() -> None:
-    schema = {"type": "object", "properties": {"naïve ✓": {"const": "é😀"}},
-              "required": ["naïve ✓"]}
+    schema = {"type": "object", "properties": {"naïve ✓": {"const": "é😀"}}, "required": ["naïve ✓"]}
     text = schema_to_grammar(schema)
     assert text.isascii()
     assert text == schema_to_grammar(schema)
@@ -792,16 +883,27 @@ def test_llama_cpp_accepts_every_grammar(llama_vocab: Any) -> None:
     grammars = {name: schema_to_grammar(schema) for name, (schema, _, _) in CASES.items()}
     grammars["json_object"] = JSON_OBJECT_GRAMMAR
     grammars["integer-ranges"] = schema_to_grammar(
-        {"anyOf": [{"type": "integer", "minimum": -1234, "maximum": 56789},
-                   {"type": "number", "exclusiveMinimum": 0.001, "maximum": 99.5}]})
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": -1234, "maximum": 56789},
+                {"type": "number", "exclusiveMinimum": 0.001, "maximum": 99.5},
+            ]
+        }
+    )
     grammars["patterns"] = schema_to_grammar(
-        {"type": "array", "prefixItems": [{"type": "string", "pattern": p} for p in PATTERNS]})
+        {"type": "array", "prefixItems": [{"type": "string", "pattern": p} for p in PATTERNS]}
+    )
     grammars["large-counts"] = schema_to_grammar(
-        {"type": "array", "minItems": 12345, "maxItems": 987654,
-         "items": {"type": "string", "minLength": 2000, "maxLength": 10000}})
+        {
+            "type": "array",
+            "minItems": 12345,
+            "maxItems": 987654,
+            "items": {"type": "string", "minLength": 2000, "maxLength": 10000},
+        }
+    )
     grammars["not-keys"] = schema_to_grammar(
-        {"type": "object", "properties": {k: {"type": "integer"} for k in
-                                          ["a", "ab", "abc", "b", "x\"y", "é"]}})
+        {"type": "object", "properties": {k: {"type": "integer"} for k in ["a", "ab", "abc", "b", 'x"y', "é"]}}
+    )
     rejected = [name for name, text in grammars.items() if not _llama_accepts(llama_vocab, text)]
     assert not rejected
     # and the check is real: llama.cpp does refuse a broken grammar
@@ -816,4 +918,4 @@ def test_gbnf_check_reports_problems() -> None:
     with pytest.raises(GrammarError):
         g.check_llama_limits()
     with pytest.raises(GrammarError):
-        parse_gbnf("root ::= root \"a\" | \"b\"\n").matches("ba")
+        parse_gbnf('root ::= root "a" | "b"\n').matches("ba")

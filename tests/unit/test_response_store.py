@@ -26,12 +26,32 @@ def message(role: str, text: str, item_id: str) -> dict[str, Any]:
     return {"id": item_id, "type": "message", "role": role, "content": [{"type": part, "text": text}]}
 
 
-def stored(response_id: str, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]],
-           previous: str | None = None, instructions: str | None = None) -> StoredResponse:
-    body = {"id": response_id, "object": "response", "created_at": 1700000000, "model": "m",
-            "status": "completed", "output": outputs, "previous_response_id": previous, "store": True}
-    return StoredResponse(id=response_id, created_at=1700000000, model="m", response=body, input_items=inputs,
-                          instructions=instructions, previous_response_id=previous)
+def stored(
+    response_id: str,
+    inputs: list[dict[str, Any]],
+    outputs: list[dict[str, Any]],
+    previous: str | None = None,
+    instructions: str | None = None,
+) -> StoredResponse:
+    body = {
+        "id": response_id,
+        "object": "response",
+        "created_at": 1700000000,
+        "model": "m",
+        "status": "completed",
+        "output": outputs,
+        "previous_response_id": previous,
+        "store": True,
+    }
+    return StoredResponse(
+        id=response_id,
+        created_at=1700000000,
+        model="m",
+        response=body,
+        input_items=inputs,
+        instructions=instructions,
+        previous_response_id=previous,
+    )
 
 
 @pytest.fixture
@@ -44,11 +64,23 @@ def store(tmp_path: Path) -> Iterator[ResponseStore]:
 @pytest.fixture
 def three_turns(store: ResponseStore) -> ResponseStore:
     """u1 → a1, then u2 → (reasoning, call), then a function output → a3."""
-    store.put(stored("resp_1", [message("user", "u1", "in_1")], [message("assistant", "a1", "out_1")],
-                     instructions="first instructions"))
+    store.put(
+        stored(
+            "resp_1",
+            [message("user", "u1", "in_1")],
+            [message("assistant", "a1", "out_1")],
+            instructions="first instructions",
+        )
+    )
     call = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}
-    store.put(stored("resp_2", [message("user", "u2", "in_2")],
-                     [{"id": "rs_1", "type": "reasoning", "summary": [], "content": []}, call], previous="resp_1"))
+    store.put(
+        stored(
+            "resp_2",
+            [message("user", "u2", "in_2")],
+            [{"id": "rs_1", "type": "reasoning", "summary": [], "content": []}, call],
+            previous="resp_1",
+        )
+    )
     output = {"id": "fco_1", "type": "function_call_output", "call_id": "call_1", "output": "42"}
     store.put(stored("resp_3", [output], [message("assistant", "a3", "out_3")], previous="resp_2"))
     return store
@@ -72,8 +104,9 @@ def test_file_is_created_lazily_with_parents_and_wal(tmp_path: Path) -> None:
 
 
 def test_put_get_delete_round_trip(store: ResponseStore) -> None:
-    row = stored("resp_1", [message("user", "héllo", "in_1")], [message("assistant", "hi", "out_1")],
-                 instructions="be brief")
+    row = stored(
+        "resp_1", [message("user", "héllo", "in_1")], [message("assistant", "hi", "out_1")], instructions="be brief"
+    )
     store.put(row)
     assert store.get("resp_1") == row
     assert store.delete("resp_1") is True
@@ -101,6 +134,7 @@ def test_concurrent_writers_from_threads(store: ResponseStore) -> None:
     def write(k: int) -> None:
         for j in range(20):
             store.put(stored(f"resp_{k}_{j}", [message("user", "u", f"in_{k}_{j}")], []))
+
     threads = [threading.Thread(target=write, args=(k,)) for k in range(4)]
     for t in threads:
         t.start()
@@ -137,8 +171,13 @@ def test_unknown_and_broken_chains(three_turns: ResponseStore) -> None:
 def test_input_items_are_the_items_used_to_generate(three_turns: ResponseStore) -> None:
     page = three_turns.input_items("resp_3", order="asc")
     assert ids(page.data) == ["in_1", "out_1", "in_2", "rs_1", "fc_1", "fco_1"] and not page.has_more
-    assert page.to_dict() == {"object": "list", "data": page.data, "first_id": "in_1", "last_id": "fco_1",
-                              "has_more": False}
+    assert page.to_dict() == {
+        "object": "list",
+        "data": page.data,
+        "first_id": "in_1",
+        "last_id": "fco_1",
+        "has_more": False,
+    }
     assert ids(three_turns.input_items("resp_3").data) == ["fco_1", "fc_1", "rs_1", "in_2", "out_1", "in_1"]
     assert ids(three_turns.input_items("resp_1").data) == ["in_1"]
 
@@ -175,14 +214,19 @@ def test_normalise_input_adds_ids_and_parts_but_keeps_fields() -> None:
     [only] = normalise_input("Hi")
     assert only["id"].startswith("msg_")
     assert {k: v for k, v in only.items() if k != "id"} == {
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
-    items = normalise_input([
-        {"role": "user", "content": "a"},
-        {"role": "assistant", "content": "b"},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "c"}], "id": "mine"},
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": "1"},
-    ])
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "Hi"}],
+    }
+    items = normalise_input(
+        [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "c"}], "id": "mine"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "1"},
+        ]
+    )
     assert items[0]["type"] == "message" and items[0]["content"] == [{"type": "input_text", "text": "a"}]
     assert items[1]["content"] == [{"type": "output_text", "text": "b"}]
     assert items[2]["id"] == "mine"

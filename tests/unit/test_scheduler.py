@@ -79,14 +79,15 @@ def test_one_decode_carries_every_generating_slot_and_prefill_chunks_within_budg
     for plan in runner.plans:
         assert sum(len(r.tokens) for r in plan) <= 16
     # while the long prompt was being prefilled, the two generating slots kept decoding
-    mixed = [p for p in runner.plans if any(len(r.tokens) > 1 for r in p) and
-             sum(1 for r in p if len(r.tokens) == 1) == 2]
+    mixed = [
+        p for p in runner.plans if any(len(r.tokens) > 1 for r in p) and sum(1 for r in p if len(r.tokens) == 1) == 2
+    ]
     assert mixed, "prefill chunks should share decodes with generating slots"
     assert sum(len(r.tokens) for p in runner.plans for r in p if r.seq_id == 2 and r.start_pos < 40) == 40
 
 
 def test_abort_frees_the_slot_during_prefill_and_generation() -> None:
-    s, runner = make(n_slots=1, n_batch=4)
+    s, _runner = make(n_slots=1, n_batch=4)
     tid, c = submit(s, list(range(10, 30)))
     s._drain_inbox(block=False)
     s._step()
@@ -95,7 +96,7 @@ def test_abort_frees_the_slot_during_prefill_and_generation() -> None:
     s._step()
     assert not s.slots[0].busy
     assert c.finished is not None and c.finished.stop_type == "abort"
-    tid2, c2 = submit(s, [3])
+    tid2, _c2 = submit(s, [3])
     s._drain_inbox(block=False)
     s._step()
     s._step()
@@ -267,8 +268,12 @@ def test_scheduler_thread_serves_and_stops() -> None:
 
 def submit_choices(s: Scheduler, prompt: list[int], n: int, **kw: object) -> list[Collector]:
     cs = [Collector() for _ in range(n)]
-    s.submit_choices([(s.next_task_id(), GenerationRequest(prompt_tokens=prompt, **kw), c)  # type: ignore[arg-type]
-                      for c in cs])
+    s.submit_choices(
+        [
+            (s.next_task_id(), GenerationRequest(prompt_tokens=prompt, **kw), c)  # type: ignore[arg-type]
+            for c in cs
+        ]
+    )
     return cs
 
 
@@ -289,7 +294,7 @@ def test_n_choices_decode_the_prompt_once_and_share_its_kv() -> None:
 
 
 def test_n_choices_wait_for_enough_free_slots() -> None:
-    s, runner = make(n_slots=2)
+    s, _runner = make(n_slots=2)
     _, lone = submit(s, [9], n_predict=4)
     s._drain_inbox(block=False)
     s._step()
@@ -305,8 +310,9 @@ def test_aborting_a_waiting_choice_leaves_the_others_running() -> None:
     s, runner = make(n_slots=3, n_batch=4)
     cs = [Collector() for _ in range(3)]
     ids = [s.next_task_id() for _ in range(3)]
-    s.submit_choices([(tid, GenerationRequest(prompt_tokens=list(range(100, 120)), n_predict=2), c)
-                      for tid, c in zip(ids, cs)])
+    s.submit_choices(
+        [(tid, GenerationRequest(prompt_tokens=list(range(100, 120)), n_predict=2), c) for tid, c in zip(ids, cs)]
+    )
     s._drain_inbox(block=False)
     s._step()  # leader still prefilling (20 tokens, budget 4)
     s.abort(ids[2])
@@ -318,11 +324,12 @@ def test_aborting_a_waiting_choice_leaves_the_others_running() -> None:
 
 
 def test_aborting_the_leader_fails_the_waiting_choices_cleanly() -> None:
-    s, runner = make(n_slots=2, n_batch=4)
+    s, _runner = make(n_slots=2, n_batch=4)
     cs = [Collector() for _ in range(2)]
     ids = [s.next_task_id() for _ in range(2)]
-    s.submit_choices([(tid, GenerationRequest(prompt_tokens=list(range(100, 120)), n_predict=2), c)
-                      for tid, c in zip(ids, cs)])
+    s.submit_choices(
+        [(tid, GenerationRequest(prompt_tokens=list(range(100, 120)), n_predict=2), c) for tid, c in zip(ids, cs)]
+    )
     s._drain_inbox(block=False)
     s._step()
     s.abort(ids[0])

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from llamaserve.serving.lora import LoraScales
 from llamaserve.config import ServerConfig
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.errors import APIError
 from llamaserve.serving import sleep
+from llamaserve.serving.lora import LoraScales
 from llamaserve.serving.runtime import ServerState
 
 IDLE = 0.2

@@ -44,12 +44,14 @@ def _run(app: Any, receive: Any, path: str = "/completion", send_delay: float = 
 
 def _stalling_after(first: bytes) -> Any:
     """A client that sends ``first`` of a longer body, then nothing."""
+
     async def receive() -> Message:
         if not hasattr(receive, "sent"):
             receive.sent = True  # type: ignore[attr-defined]
             return {"type": "http.request", "body": first, "more_body": True}
         await asyncio.sleep(10)
         raise AssertionError("unreachable")
+
     return receive
 
 

@@ -93,8 +93,9 @@ def splits(text: str) -> list[list[str]]:
     return out
 
 
-def assert_stream_equivalent(fmt: Any, text: str, *, tools: Any = TOOLS, offered: bool = True,
-                             **kw: Any) -> ParsedMessage:
+def assert_stream_equivalent(
+    fmt: Any, text: str, *, tools: Any = TOOLS, offered: bool = True, **kw: Any
+) -> ParsedMessage:
     whole, truncated = fmt.parse_ex(text, tools_offered=offered, tools=tools, **kw)
     assert not truncated, "use a text without cut-off calls here"
     for pieces in splits(text):
@@ -124,9 +125,12 @@ def assert_stream_equivalent(fmt: Any, text: str, *, tools: Any = TOOLS, offered
 SAMPLES: dict[str, list[tuple[str, str, list[tuple[str, Any]]]]] = {
     "hermes": [
         ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>', "", [W]),
-        ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n'
-         '</tool_call>\n<tool_call>\n{"name": "run_shell", "arguments": {"cmd": "mkdir -p a/{b,c}"}}\n</tool_call>',
-         "Let me check.", [W, S]),
+        (
+            'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n'
+            '</tool_call>\n<tool_call>\n{"name": "run_shell", "arguments": {"cmd": "mkdir -p a/{b,c}"}}\n</tool_call>',
+            "Let me check.",
+            [W, S],
+        ),
         # Qwen2.5-Coder: the bare object, no tags
         ('{"name": "run_shell", "arguments": {"cmd": "mkdir -p a/{b,c}"}}', "", [S]),
         ('\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n', "", [W]),
@@ -137,151 +141,274 @@ SAMPLES: dict[str, list[tuple[str, str, list[tuple[str, Any]]]]] = {
         ("Plain answer, no tools.", "Plain answer, no tools.", []),
     ],
     "qwen3_coder": [
-        ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
-         "</parameter>\n</function>\n</tool_call>", "", [W]),
-        ("I'll run it.\n\n<tool_call>\n<function=run_shell>\n<parameter=cmd>\nmkdir -p a/{b,c}\n</parameter>\n"
-         "</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-         "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>", "I'll run it.", [S, W]),
+        (
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+            "</parameter>\n</function>\n</tool_call>",
+            "",
+            [W],
+        ),
+        (
+            "I'll run it.\n\n<tool_call>\n<function=run_shell>\n<parameter=cmd>\nmkdir -p a/{b,c}\n</parameter>\n"
+            "</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+            "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+            "I'll run it.",
+            [S, W],
+        ),
         # no <tool_call> wrapper
         ("<function=run_shell>\n<parameter=cmd>\nmkdir -p a/{b,c}\n</parameter>\n</function>", "", [S]),
         # a string parameter that looks like a number stays a string
-        ("<tool_call>\n<function=get_weather>\n<parameter=city>\n1984\n</parameter>\n</function>\n</tool_call>",
-         "", [("get_weather", {"city": "1984"})]),
+        (
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\n1984\n</parameter>\n</function>\n</tool_call>",
+            "",
+            [("get_weather", {"city": "1984"})],
+        ),
     ],
     "seed_oss": [
-        ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=days>3</parameter>\n"
-         "</function>\n</seed:tool_call>", "", [W]),
+        (
+            "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=days>3</parameter>\n"
+            "</function>\n</seed:tool_call>",
+            "",
+            [W],
+        ),
     ],
     "llama3": [
         ('{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}', "", [W]),
         ('{"type": "function", "name": "run_shell", "parameters": {"cmd": "mkdir -p a/{b,c}"}}', "", [S]),
-        ('{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}; '
-         '{"name": "run_shell", "parameters": {"cmd": "mkdir -p a/{b,c}"}}', "", [W, S]),
+        (
+            '{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}; '
+            '{"name": "run_shell", "parameters": {"cmd": "mkdir -p a/{b,c}"}}',
+            "",
+            [W, S],
+        ),
         ("The weather is fine.", "The weather is fine.", []),
     ],
     "mistral": [
         ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}', "", [W]),
-        ('Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}[TOOL_CALLS]run_shell[ARGS]'
-         '{"cmd": "mkdir -p a/{b,c}"}', "Sure.", [W, S]),
+        (
+            'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}[TOOL_CALLS]run_shell[ARGS]'
+            '{"cmd": "mkdir -p a/{b,c}"}',
+            "Sure.",
+            [W, S],
+        ),
         ('[TOOL_CALLS]run_shell[CALL_ID]abc123XYZ[ARGS]{"cmd": "mkdir -p a/{b,c}"}', "", [S]),
-        ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}, "id": "abc123XYZ"}]',
-         "", [W]),
+        (
+            '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}, "id": "abc123XYZ"}]',
+            "",
+            [W],
+        ),
     ],
     "mistral_nemo": [
-        ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}, "id": "abc123XYZ"}, '
-         '{"name": "run_shell", "arguments": {"cmd": "mkdir -p a/{b,c}"}, "id": "def456UVW"}]', "", [W, S]),
+        (
+            '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}, "id": "abc123XYZ"}, '
+            '{"name": "run_shell", "arguments": {"cmd": "mkdir -p a/{b,c}"}, "id": "def456UVW"}]',
+            "",
+            [W, S],
+        ),
     ],
     "functionary_v3_1": [
         ('<function=get_weather>{"city": "Paris", "days": 3}</function>', "", [W]),
-        ('Checking.<function=get_weather>{"city": "Paris", "days": 3}</function><function=run_shell>'
-         '{"cmd": "mkdir -p a/{b,c}"}</function>', "Checking.", [W, S]),
+        (
+            'Checking.<function=get_weather>{"city": "Paris", "days": 3}</function><function=run_shell>'
+            '{"cmd": "mkdir -p a/{b,c}"}</function>',
+            "Checking.",
+            [W, S],
+        ),
     ],
     "functionary_v3_2": [
         ('get_weather\n{"city": "Paris", "days": 3}', "", [W]),
-        ('all\nLet me look.>>>get_weather\n{"city": "Paris", "days": 3}>>>run_shell\n{"cmd": "mkdir -p a/{b,c}"}',
-         "Let me look.", [W, S]),
+        (
+            'all\nLet me look.>>>get_weather\n{"city": "Paris", "days": 3}>>>run_shell\n{"cmd": "mkdir -p a/{b,c}"}',
+            "Let me look.",
+            [W, S],
+        ),
         ("all\nHello there!", "Hello there!", []),
     ],
     "deepseek_r1": [
-        ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
-         '{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>run_shell\n'
-         '```json\n{"cmd": "mkdir -p a/{b,c}"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>', "", [W, S]),
+        (
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+            '{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>run_shell\n'
+            '```json\n{"cmd": "mkdir -p a/{b,c}"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+            "",
+            [W, S],
+        ),
         # a model that drops the outer tag
-        ("Sure<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
-         '{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜>', "Sure", [W]),
+        (
+            "Sure<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+            '{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜>',
+            "Sure",
+            [W],
+        ),
     ],
     "deepseek_v3": [
-        ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "days": 3}'
-         '<｜tool▁call▁end｜><｜tool▁call▁begin｜>run_shell<｜tool▁sep｜>{"cmd": "mkdir -p a/{b,c}"}'
-         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "", [W, S]),
+        (
+            '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "days": 3}'
+            '<｜tool▁call▁end｜><｜tool▁call▁begin｜>run_shell<｜tool▁sep｜>{"cmd": "mkdir -p a/{b,c}"}'
+            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            "",
+            [W, S],
+        ),
     ],
     "command_r7b": [
-        ('<|START_THINKING|>I need the weather.<|END_THINKING|><|START_ACTION|>[\n    {"tool_call_id": "0", '
-         '"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 3}}\n]<|END_ACTION|>', "", [W]),
+        (
+            '<|START_THINKING|>I need the weather.<|END_THINKING|><|START_ACTION|>[\n    {"tool_call_id": "0", '
+            '"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 3}}\n]<|END_ACTION|>',
+            "",
+            [W],
+        ),
         ("<|START_RESPONSE|>It is sunny.<|END_RESPONSE|>", "It is sunny.", []),
     ],
     "firefunction_v2": [
-        (' functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
-         '{"name": "run_shell", "arguments": {"cmd": "mkdir -p a/{b,c}"}}]', "", [W, S]),
+        (
+            ' functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
+            '{"name": "run_shell", "arguments": {"cmd": "mkdir -p a/{b,c}"}}]',
+            "",
+            [W, S],
+        ),
     ],
     "gpt_oss": [
-        ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
-         'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>', "", [W]),
+        (
+            "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+            'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>',
+            "",
+            [W],
+        ),
         (' to=functions.run_shell<|channel|>commentary json<|message|>{"cmd": "mkdir -p a/{b,c}"}', "", [S]),
-        ("<|channel|>analysis<|message|>Simple.<|end|><|start|>assistant<|channel|>final<|message|>Hi there!",
-         "Hi there!", []),
+        (
+            "<|channel|>analysis<|message|>Simple.<|end|><|start|>assistant<|channel|>final<|message|>Hi there!",
+            "Hi there!",
+            [],
+        ),
     ],
     "glm4": [
-        ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
-         "<arg_value>3</arg_value>\n</tool_call>", "", [W]),
-        ("Running.<tool_call>run_shell<arg_key>cmd</arg_key><arg_value>mkdir -p a/{b,c}</arg_value></tool_call>"
-         "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key>"
-         "<arg_value>3</arg_value></tool_call>", "Running.", [S, W]),
+        (
+            "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
+            "<arg_value>3</arg_value>\n</tool_call>",
+            "",
+            [W],
+        ),
+        (
+            "Running.<tool_call>run_shell<arg_key>cmd</arg_key><arg_value>mkdir -p a/{b,c}</arg_value></tool_call>"
+            "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key>"
+            "<arg_value>3</arg_value></tool_call>",
+            "Running.",
+            [S, W],
+        ),
     ],
     "hy3": [
-        ("<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n"
-         "<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n"
-         "<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>3</arg_value:opensource>\n"
-         "</tool_call:opensource>\n</tool_calls:opensource>", "", [W]),
+        (
+            "<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n"
+            "<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n"
+            "<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>3</arg_value:opensource>\n"
+            "</tool_call:opensource>\n</tool_calls:opensource>",
+            "",
+            [W],
+        ),
     ],
     "kimi_k2": [
-        ("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
-         '{"city": "Paris", "days": 3}<|tool_call_end|><|tool_call_begin|>functions.run_shell:1'
-         '<|tool_call_argument_begin|>{"cmd": "mkdir -p a/{b,c}"}<|tool_call_end|><|tool_calls_section_end|>',
-         "", [W, S]),
+        (
+            "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+            '{"city": "Paris", "days": 3}<|tool_call_end|><|tool_call_begin|>functions.run_shell:1'
+            '<|tool_call_argument_begin|>{"cmd": "mkdir -p a/{b,c}"}<|tool_call_end|><|tool_calls_section_end|>',
+            "",
+            [W, S],
+        ),
     ],
     "granite": [
         ('<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]', "", [W]),
         ("<response>It is sunny.</response>", "It is sunny.", []),
     ],
     "minimax_m2": [
-        ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
-         '<parameter name="days">3</parameter>\n</invoke>\n<invoke name="run_shell">\n<parameter name="cmd">'
-         "mkdir -p a/{b,c}</parameter>\n</invoke>\n</minimax:tool_call>", "", [W, S]),
+        (
+            '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+            '<parameter name="days">3</parameter>\n</invoke>\n<invoke name="run_shell">\n<parameter name="cmd">'
+            "mkdir -p a/{b,c}</parameter>\n</invoke>\n</minimax:tool_call>",
+            "",
+            [W, S],
+        ),
     ],
     "deepseek_v3_2": [
-        ('<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">'
-         'Paris</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n'
-         "</｜DSML｜invoke>\n</｜DSML｜function_calls>", "", [W]),
+        (
+            '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">'
+            'Paris</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n'
+            "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+            "",
+            [W],
+        ),
     ],
     "deepseek_v4": [
-        ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="run_shell">\n<｜DSML｜parameter name="cmd" string="true">'
-         "mkdir -p a/{b,c}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>", "", [S]),
+        (
+            '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="run_shell">\n<｜DSML｜parameter name="cmd" string="true">'
+            "mkdir -p a/{b,c}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+            "",
+            [S],
+        ),
     ],
     "minicpm5": [
-        ('<function name="get_weather"><param name="city">Paris</param><param name="days">3</param></function>\n'
-         '<function name="run_shell"><param name="cmd">mkdir -p a/{b,c}</param></function>', "", [W, S]),
+        (
+            '<function name="get_weather"><param name="city">Paris</param><param name="days">3</param></function>\n'
+            '<function name="run_shell"><param name="cmd">mkdir -p a/{b,c}</param></function>',
+            "",
+            [W, S],
+        ),
     ],
     "apriel": [
-        ('<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}, "id": "call00001"}]'
-         "</tool_calls>", "", [W]),
+        (
+            '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}, "id": "call00001"}]'
+            "</tool_calls>",
+            "",
+            [W],
+        ),
     ],
     "nemotron_v2": [
-        ('<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
-         '{"name": "run_shell", "arguments": {"cmd": "mkdir -p a/{b,c}"}}]</TOOLCALL>', "", [W, S]),
+        (
+            '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
+            '{"name": "run_shell", "arguments": {"cmd": "mkdir -p a/{b,c}"}}]</TOOLCALL>',
+            "",
+            [W, S],
+        ),
     ],
     "minimax_m1": [
-        ('<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n'
-         '{"name": "run_shell", "arguments": {"cmd": "mkdir -p a/{b,c}"}}\n</tool_calls>', "", [W, S]),
+        (
+            '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n'
+            '{"name": "run_shell", "arguments": {"cmd": "mkdir -p a/{b,c}"}}\n</tool_calls>',
+            "",
+            [W, S],
+        ),
     ],
     "gigachat": [
         ('<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}', "", [W]),
     ],
     "apertus": [
-        ('<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 3}}, {"run_shell": {"cmd": "mkdir -p a/{b,c}"}}]'
-         "<|tools_suffix|>", "", [W, S]),
+        (
+            '<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 3}}, {"run_shell": {"cmd": "mkdir -p a/{b,c}"}}]'
+            "<|tools_suffix|>",
+            "",
+            [W, S],
+        ),
     ],
     "lfm2": [
-        ("<|tool_call_start|>[get_weather(city='Paris', days=3), run_shell(cmd=\"mkdir -p a/{b,c}\")]"
-         "<|tool_call_end|>", "", [W, S]),
+        (
+            "<|tool_call_start|>[get_weather(city='Paris', days=3), run_shell(cmd=\"mkdir -p a/{b,c}\")]"
+            "<|tool_call_end|>",
+            "",
+            [W, S],
+        ),
     ],
     "solar_open": [
-        ('<|tool_calls|><|tool_call:begin|>abc123XYZ<|tool_call:name|>get_weather<|tool_call:args|>'
-         '{"city": "Paris", "days": 3}<|tool_call:end|>', "", [W]),
+        (
+            "<|tool_calls|><|tool_call:begin|>abc123XYZ<|tool_call:name|>get_weather<|tool_call:args|>"
+            '{"city": "Paris", "days": 3}<|tool_call:end|>',
+            "",
+            [W],
+        ),
     ],
     "gemma4": [
-        ('<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|>'
-         '<|tool_call>call:run_shell{cmd:<|"|>mkdir -p a/{b,c}<|"|>}<tool_call|>', "", [W, S]),
+        (
+            '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|>'
+            '<|tool_call>call:run_shell{cmd:<|"|>mkdir -p a/{b,c}<|"|>}<tool_call|>',
+            "",
+            [W, S],
+        ),
     ],
     "generic": [
         ('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]}', "", [W]),
@@ -332,8 +459,11 @@ def test_kimi_and_mistral_ids_are_kept() -> None:
     # an id written after the arguments comes too late once the call is streaming: the adapter
     # assigns one (new_tool_call_id() also satisfies Mistral's 9-character rule)
     assert [c.id for c in nemo.tool_calls] == ["", ""]
-    nemo = get_format("mistral_nemo").parse('[TOOL_CALLS][{"id": "abc123XYZ", "name": "run_shell", '
-                                            '"arguments": {"cmd": "ls"}}]', tools_offered=True, tools=TOOLS)
+    nemo = get_format("mistral_nemo").parse(
+        '[TOOL_CALLS][{"id": "abc123XYZ", "name": "run_shell", "arguments": {"cmd": "ls"}}]',
+        tools_offered=True,
+        tools=TOOLS,
+    )
     assert [c.id for c in nemo.tool_calls] == ["abc123XYZ"]
     hermes = get_format("hermes").parse(SAMPLES["hermes"][0][0], tools_offered=True, tools=TOOLS)
     assert hermes.tool_calls[0].id == ""  # the adapter assigns one
@@ -397,8 +527,13 @@ def test_json_in_content_is_not_a_call(name: str, text: str) -> None:
 
 def test_llama3_json_only_at_start_and_only_offered_names() -> None:
     fmt = get_format("llama3")
-    for text in [JSON_CONTENT[0], *JSON_CONTENT[2:], 'Sure: {"name": "get_weather", "parameters": {"city": "Paris"}}',
-                 '{"name": "delete_all", "parameters": {}}', '{"name": "get_weather", "colour": "red"}']:
+    for text in [
+        JSON_CONTENT[0],
+        *JSON_CONTENT[2:],
+        'Sure: {"name": "get_weather", "parameters": {"city": "Paris"}}',
+        '{"name": "delete_all", "parameters": {}}',
+        '{"name": "get_weather", "colour": "red"}',
+    ]:
         msg = assert_stream_equivalent(fmt, text)
         assert msg.tool_calls == [] and msg.content == text
     # Llama 3's call syntax *is* a JSON object at the start of the message (as in llama-server):
@@ -444,9 +579,9 @@ CUT_OFF = {
     "hermes": '<tool_call>\n{"name": "run_shell", "arguments": {"cmd": "rm -rf /tmp/x',
     "llama3": '{"name": "run_shell", "parameters": {"cmd": "ls',
     "mistral": '[TOOL_CALLS]run_shell[ARGS]{"cmd": "ls',
-    "deepseek_v3": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>run_shell<｜tool▁sep｜>{\"cmd\": ",
-    "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.run_shell:0<|tool_call_argument_begin|>{\"cmd",
-    "gpt_oss": "<|channel|>commentary to=functions.run_shell <|constrain|>json<|message|>{\"cmd\": \"l",
+    "deepseek_v3": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>run_shell<｜tool▁sep｜>{"cmd": ',
+    "kimi_k2": '<|tool_calls_section_begin|><|tool_call_begin|>functions.run_shell:0<|tool_call_argument_begin|>{"cmd',
+    "gpt_oss": '<|channel|>commentary to=functions.run_shell <|constrain|>json<|message|>{"cmd": "l',
 }
 
 
@@ -457,12 +592,12 @@ def test_cut_off_call_is_not_healed(name: str) -> None:
     msg, truncated = fmt.parse_ex(text, tools_offered=True, tools=TOOLS)
     assert truncated and msg.tool_calls == []
     # gpt-oss: the message header is structure, only the body is left as content
-    assert msg.content == (text[text.index("<|message|>") + 11:] if name == "gpt_oss" else text)
+    assert msg.content == (text[text.index("<|message|>") + 11 :] if name == "gpt_oss" else text)
     # streaming already sent the start of the call: it says so
     p = fmt.stream_parser(True, TOOLS)
     events = p.feed(text) + p.finish()
     assert p.truncated
-    assert [type(e) for e in events if not isinstance(e, ContentDelta)][0] is ToolCallStart
+    assert next(type(e) for e in events if not isinstance(e, ContentDelta)) is ToolCallStart
 
 
 @pytest.mark.parametrize("name", ["qwen3_coder", "glm4", "minimax_m2", "lfm2", "gemma4"])
@@ -476,14 +611,14 @@ def test_cut_off_xml_call_stays_content_in_both_modes(name: str) -> None:
 
 def test_malformed_arguments_are_not_a_call() -> None:
     fmt = get_format("hermes")
-    text = "<tool_call>\n{\"name\": \"run_shell\", \"arguments\": {'cmd': 'ls'}}\n</tool_call>"
+    text = '<tool_call>\n{"name": "run_shell", "arguments": {\'cmd\': \'ls\'}}\n</tool_call>'
     msg, truncated = fmt.parse_ex(text, tools_offered=True, tools=TOOLS)
     assert msg.tool_calls == [] and msg.content == text and truncated
 
 
 def test_braces_and_markers_inside_arguments() -> None:
     cmd = 'echo "{b,c}" \'}\' && printf "</tool_call> [TOOL_CALLS] <tool_call>"'
-    text = f'<tool_call>\n{json.dumps({"name": "run_shell", "arguments": {"cmd": cmd}})}\n</tool_call>'
+    text = f"<tool_call>\n{json.dumps({'name': 'run_shell', 'arguments': {'cmd': cmd}})}\n</tool_call>"
     msg = assert_stream_equivalent(get_format("hermes"), text)
     assert calls_of(msg) == [("run_shell", {"cmd": cmd})]
     text = "<tool_call>\n<function=run_shell>\n<parameter=cmd>\n" + cmd + "\n</parameter>\n</function>\n</tool_call>"
@@ -495,8 +630,11 @@ def test_raw_newlines_in_argument_strings_are_escaped() -> None:
     code = 'def f():\n\treturn "x"\n'
     raw = '<tool_call>\n{"name": "run_shell", "arguments": {"cmd": "' + code.replace('"', '\\"') + '"}}\n</tool_call>'
     assert "\n\treturn" in raw  # real control characters inside the JSON string
-    for name, text in (("hermes", raw), ("mistral", '[TOOL_CALLS]run_shell[ARGS]{"cmd": "a\nb"}'),
-                       ("hermes", '<tool_call>{"arguments": {"cmd": "a\nb"}, "name": "run_shell"}</tool_call>')):
+    for name, text in (
+        ("hermes", raw),
+        ("mistral", '[TOOL_CALLS]run_shell[ARGS]{"cmd": "a\nb"}'),
+        ("hermes", '<tool_call>{"arguments": {"cmd": "a\nb"}, "name": "run_shell"}</tool_call>'),
+    ):
         msg = assert_stream_equivalent(get_format(name), text)
         args = json.loads(msg.tool_calls[0].arguments)  # valid JSON for the client
         assert args["cmd"] in (code, "a\nb")
@@ -505,8 +643,10 @@ def test_raw_newlines_in_argument_strings_are_escaped() -> None:
 
 
 def test_content_after_and_between_calls() -> None:
-    text = ('A<tool_call>{"name": "run_shell", "arguments": {"cmd": "ls"}}</tool_call>\n\nB <tool_call>'
-            '{"name": "run_shell", "arguments": {"cmd": "pwd"}}</tool_call>\n')
+    text = (
+        'A<tool_call>{"name": "run_shell", "arguments": {"cmd": "ls"}}</tool_call>\n\nB <tool_call>'
+        '{"name": "run_shell", "arguments": {"cmd": "pwd"}}</tool_call>\n'
+    )
     msg = assert_stream_equivalent(get_format("hermes"), text)
     assert msg.content == "AB"  # whitespace around call blocks is formatting
     assert [json.loads(c.arguments)["cmd"] for c in msg.tool_calls] == ["ls", "pwd"]
@@ -536,7 +676,7 @@ def test_pathological_inputs_are_linear(name: str) -> None:
         fmt.parse(text, tools_offered=True, tools=TOOLS)
         p = fmt.stream_parser(True, TOOLS)
         for k in range(0, len(text), 997):
-            p.feed(text[k:k + 997])
+            p.feed(text[k : k + 997])
         p.finish()
         assert time.perf_counter() - t0 < 5.0, (name, text[:20])
 
@@ -550,7 +690,7 @@ def test_long_output_streams_in_linear_time() -> None:
     p = fmt.stream_parser(True, TOOLS)
     events = []
     for k in range(0, len(text), 4):
-        events += p.feed(text[k:k + 4])
+        events += p.feed(text[k : k + 4])
     events += p.finish()
     assert time.perf_counter() - t0 < 20
     msg = fold(events)
@@ -558,8 +698,10 @@ def test_long_output_streams_in_linear_time() -> None:
 
 
 def test_reasoning_chain_then_tools() -> None:
-    text = "<think>Should I use <tool_call>? Yes.</think>\n\nOK.\n<tool_call>\n" \
-           '{"name": "run_shell", "arguments": {"cmd": "ls"}}\n</tool_call>'
+    text = (
+        "<think>Should I use <tool_call>? Yes.</think>\n\nOK.\n<tool_call>\n"
+        '{"name": "run_shell", "arguments": {"cmd": "ls"}}\n</tool_call>'
+    )
     fmt = get_format("hermes")
     for pieces in splits(text):
         p = chain(ReasoningSplitter("deepseek"), fmt.stream_parser(True, TOOLS))
@@ -571,7 +713,7 @@ def test_reasoning_chain_then_tools() -> None:
         assert msg.reasoning == "Should I use <tool_call>? Yes."
         assert msg.content == "OK."
         assert calls_of(msg) == [("run_shell", {"cmd": "ls"})]
-    reasoning, content = split_reasoning(text)
+    _reasoning, content = split_reasoning(text)
     assert fmt.parse(content, tools_offered=True, tools=TOOLS).content == "OK."
 
 
@@ -586,53 +728,114 @@ def test_new_tool_call_id() -> None:
 # ---------------------------------------------------------------------------------------------
 
 CANONICAL: dict[str, Callable[[str, dict[str, Any]], str]] = {
-    "hermes": lambda n, a: f'<tool_call>\n{json.dumps({"name": n, "arguments": a})}\n</tool_call>',
-    "qwen3_coder": lambda n, a: "<tool_call>\n<function=" + n + ">\n" + "".join(
-        f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in a.items()) + "</function>\n</tool_call>",
-    "seed_oss": lambda n, a: "<seed:tool_call>\n<function=" + n + ">\n" + "".join(
-        f"<parameter={k}>{v}</parameter>\n" for k, v in a.items()) + "</function>\n</seed:tool_call>",
+    "hermes": lambda n, a: f"<tool_call>\n{json.dumps({'name': n, 'arguments': a})}\n</tool_call>",
+    "qwen3_coder": lambda n, a: (
+        "<tool_call>\n<function="
+        + n
+        + ">\n"
+        + "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in a.items())
+        + "</function>\n</tool_call>"
+    ),
+    "seed_oss": lambda n, a: (
+        "<seed:tool_call>\n<function="
+        + n
+        + ">\n"
+        + "".join(f"<parameter={k}>{v}</parameter>\n" for k, v in a.items())
+        + "</function>\n</seed:tool_call>"
+    ),
     "llama3": lambda n, a: json.dumps({"name": n, "parameters": a}),
     "mistral": lambda n, a: f"[TOOL_CALLS]{n}[ARGS]{json.dumps(a)}",
-    "mistral_nemo": lambda n, a: f'[TOOL_CALLS][{json.dumps({"name": n, "arguments": a, "id": "abc123XYZ"})}]',
+    "mistral_nemo": lambda n, a: f"[TOOL_CALLS][{json.dumps({'name': n, 'arguments': a, 'id': 'abc123XYZ'})}]",
     "functionary_v3_1": lambda n, a: f"<function={n}>{json.dumps(a)}</function>",
     "functionary_v3_2": lambda n, a: f"{n}\n{json.dumps(a)}",
-    "deepseek_r1": lambda n, a: ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>" + n
-                                 + "\n```json\n" + json.dumps(a) + "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
-    "deepseek_v3": lambda n, a: ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>" + n + "<｜tool▁sep｜>" + json.dumps(a)
-                                 + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
-    "command_r7b": lambda n, a: ('<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "' + n
-                                 + '", "parameters": ' + json.dumps(a) + "}\n]<|END_ACTION|>"),
-    "firefunction_v2": lambda n, a: f' functools[{json.dumps({"name": n, "arguments": a})}]',
+    "deepseek_r1": lambda n, a: (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+        + n
+        + "\n```json\n"
+        + json.dumps(a)
+        + "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+    ),
+    "deepseek_v3": lambda n, a: (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
+        + n
+        + "<｜tool▁sep｜>"
+        + json.dumps(a)
+        + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+    ),
+    "command_r7b": lambda n, a: (
+        '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "'
+        + n
+        + '", "parameters": '
+        + json.dumps(a)
+        + "}\n]<|END_ACTION|>"
+    ),
+    "firefunction_v2": lambda n, a: f" functools[{json.dumps({'name': n, 'arguments': a})}]",
     "gpt_oss": lambda n, a: f"<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>{json.dumps(a)}",
-    "glm4": lambda n, a: "<tool_call>" + n + "\n" + "".join(
-        f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in a.items()) + "</tool_call>",
-    "hy3": lambda n, a: "<tool_calls:opensource>\n<tool_call:opensource>" + n + "<tool_sep:opensource>\n" + "".join(
-        f"<arg_key:opensource>{k}</arg_key:opensource>\n<arg_value:opensource>{v}</arg_value:opensource>\n"
-        for k, v in a.items()) + "</tool_call:opensource>\n</tool_calls:opensource>",
-    "kimi_k2": lambda n, a: ("<|tool_calls_section_begin|><|tool_call_begin|>functions." + n + ":0"
-                             "<|tool_call_argument_begin|>" + json.dumps(a) + "<|tool_call_end|><|tool_calls_section_end|>"),
-    "granite": lambda n, a: f'<|tool_call|>[{json.dumps({"name": n, "arguments": a})}]',
-    "minimax_m2": lambda n, a: (f'<minimax:tool_call>\n<invoke name="{n}">\n' + "".join(
-        f'<parameter name="{k}">{v}</parameter>\n' for k, v in a.items()) + "</invoke>\n</minimax:tool_call>"),
-    "deepseek_v3_2": lambda n, a: (f'<｜DSML｜function_calls>\n<｜DSML｜invoke name="{n}">\n' + "".join(
-        f'<｜DSML｜parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">{v}</｜DSML｜parameter>\n'
-        for k, v in a.items()) + "</｜DSML｜invoke>\n</｜DSML｜function_calls>"),
-    "deepseek_v4": lambda n, a: (f'<｜DSML｜tool_calls>\n<｜DSML｜invoke name="{n}">\n' + "".join(
-        f'<｜DSML｜parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">{v}</｜DSML｜parameter>\n'
-        for k, v in a.items()) + "</｜DSML｜invoke>\n</｜DSML｜tool_calls>"),
-    "minicpm5": lambda n, a: (f'<function name="{n}">' + "".join(
-        f'<param name="{k}">{v}</param>' for k, v in a.items()) + "</function>"),
-    "apriel": lambda n, a: f'<tool_calls>[{json.dumps({"name": n, "arguments": a})}]</tool_calls>',
-    "nemotron_v2": lambda n, a: f'<TOOLCALL>[{json.dumps({"name": n, "arguments": a})}]</TOOLCALL>',
-    "minimax_m1": lambda n, a: f'<tool_calls>\n{json.dumps({"name": n, "arguments": a})}\n</tool_calls>',
-    "gigachat": lambda n, a: f'<|function_call|>{json.dumps({"name": n, "arguments": a})}',
+    "glm4": lambda n, a: (
+        "<tool_call>"
+        + n
+        + "\n"
+        + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in a.items())
+        + "</tool_call>"
+    ),
+    "hy3": lambda n, a: (
+        "<tool_calls:opensource>\n<tool_call:opensource>"
+        + n
+        + "<tool_sep:opensource>\n"
+        + "".join(
+            f"<arg_key:opensource>{k}</arg_key:opensource>\n<arg_value:opensource>{v}</arg_value:opensource>\n"
+            for k, v in a.items()
+        )
+        + "</tool_call:opensource>\n</tool_calls:opensource>"
+    ),
+    "kimi_k2": lambda n, a: (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions." + n + ":0"
+        "<|tool_call_argument_begin|>" + json.dumps(a) + "<|tool_call_end|><|tool_calls_section_end|>"
+    ),
+    "granite": lambda n, a: f"<|tool_call|>[{json.dumps({'name': n, 'arguments': a})}]",
+    "minimax_m2": lambda n, a: (
+        f'<minimax:tool_call>\n<invoke name="{n}">\n'
+        + "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in a.items())
+        + "</invoke>\n</minimax:tool_call>"
+    ),
+    "deepseek_v3_2": lambda n, a: (
+        f'<｜DSML｜function_calls>\n<｜DSML｜invoke name="{n}">\n'
+        + "".join(
+            f'<｜DSML｜parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">{v}</｜DSML｜parameter>\n'
+            for k, v in a.items()
+        )
+        + "</｜DSML｜invoke>\n</｜DSML｜function_calls>"
+    ),
+    "deepseek_v4": lambda n, a: (
+        f'<｜DSML｜tool_calls>\n<｜DSML｜invoke name="{n}">\n'
+        + "".join(
+            f'<｜DSML｜parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">{v}</｜DSML｜parameter>\n'
+            for k, v in a.items()
+        )
+        + "</｜DSML｜invoke>\n</｜DSML｜tool_calls>"
+    ),
+    "minicpm5": lambda n, a: (
+        f'<function name="{n}">' + "".join(f'<param name="{k}">{v}</param>' for k, v in a.items()) + "</function>"
+    ),
+    "apriel": lambda n, a: f"<tool_calls>[{json.dumps({'name': n, 'arguments': a})}]</tool_calls>",
+    "nemotron_v2": lambda n, a: f"<TOOLCALL>[{json.dumps({'name': n, 'arguments': a})}]</TOOLCALL>",
+    "minimax_m1": lambda n, a: f"<tool_calls>\n{json.dumps({'name': n, 'arguments': a})}\n</tool_calls>",
+    "gigachat": lambda n, a: f"<|function_call|>{json.dumps({'name': n, 'arguments': a})}",
     "apertus": lambda n, a: f"<|tools_prefix|>[{json.dumps({n: a})}]<|tools_suffix|>",
-    "lfm2": lambda n, a: "<|tool_call_start|>[" + n + "(" + ", ".join(
-        f"{k}={v!r}" for k, v in a.items()) + ")]<|tool_call_end|>",
-    "solar_open": lambda n, a: (f"<|tool_calls|><|tool_call:begin|>abc123XYZ<|tool_call:name|>{n}<|tool_call:args|>"
-                                f"{json.dumps(a)}<|tool_call:end|>"),
-    "gemma4": lambda n, a: "<|tool_call>call:" + n + "{" + ",".join(
-        f'{k}:<|"|>{v}<|"|>' if isinstance(v, str) else f"{k}:{json.dumps(v)}" for k, v in a.items()) + "}<tool_call|>",
+    "lfm2": lambda n, a: (
+        "<|tool_call_start|>[" + n + "(" + ", ".join(f"{k}={v!r}" for k, v in a.items()) + ")]<|tool_call_end|>"
+    ),
+    "solar_open": lambda n, a: (
+        f"<|tool_calls|><|tool_call:begin|>abc123XYZ<|tool_call:name|>{n}<|tool_call:args|>"
+        f"{json.dumps(a)}<|tool_call:end|>"
+    ),
+    "gemma4": lambda n, a: (
+        "<|tool_call>call:"
+        + n
+        + "{"
+        + ",".join(f'{k}:<|"|>{v}<|"|>' if isinstance(v, str) else f"{k}:{json.dumps(v)}" for k, v in a.items())
+        + "}<tool_call|>"
+    ),
     "generic": lambda n, a: json.dumps({"tool_calls": [{"name": n, "arguments": a}]}),
 }
 
@@ -695,13 +898,13 @@ def test_grammar(name: str, choice: str) -> None:
         weather = CANONICAL[name](*W)
         if lazy:
             # the grammar starts where a trigger matched: the trigger must match the call text
-            def from_trigger(text: str) -> str:
-                found = [m for t in spec.triggers if (m := re.search(t, text))]
-                assert found, (spec.triggers, text)
-                return text[min(m.start(m.lastindex or 0) for m in found):]
+            def from_trigger(text: str, triggers: tuple[str, ...] = tuple(spec.triggers)) -> str:
+                found = [m for t in triggers if (m := re.search(t, text))]
+                assert found, (triggers, text)
+                return text[min(m.start(m.lastindex or 0) for m in found) :]
 
             shell, weather = from_trigger(shell), from_trigger(weather)
-            assert not any(re.search(t, "Hello! {\"a\": 1} <tool> [TOOL] function") for t in spec.triggers)
+            assert not any(re.search(t, 'Hello! {"a": 1} <tool> [TOOL] function') for t in spec.triggers)
         assert g.matches(shell), (name, choice, parallel, shell)
         assert g.matches(weather) == (choice != "named"), (name, choice, weather)
         assert not g.matches(CANONICAL[name]("delete_all", {}))
@@ -719,8 +922,10 @@ def test_grammar_none_and_errors(name: str) -> None:
 
 
 def test_grammar_schema_fallback_and_rejected_arguments() -> None:
-    bad = {"type": "function", "function": {"name": "odd", "parameters": {
-        "type": "object", "properties": {"x": {"not": {"type": "string"}}}}}}
+    bad = {
+        "type": "function",
+        "function": {"name": "odd", "parameters": {"type": "object", "properties": {"x": {"not": {"type": "string"}}}}},
+    }
     for name in ("hermes", "qwen3_coder", "generic"):
         spec = get_format(name).grammar(TOOLS + [bad], "required", True)
         g = parse_gbnf(spec.gbnf)
@@ -771,10 +976,13 @@ def test_generic_system_prompt() -> None:
 def test_gbnf_rule_prefixing() -> None:
     gbnf = 'root ::= "{" ws item* "}"  # a comment with root\nitem ::= [a-z] "root" ws\nws ::= [ ]?\n'
     rules = prefix_rules(gbnf, "p-")
-    assert rules == [("p-root", '"{" p-ws p-item* "}"  # a comment with root'),
-                     ("p-item", '[a-z] "root" p-ws'), ("p-ws", "[ ]?")]
+    assert rules == [
+        ("p-root", '"{" p-ws p-item* "}"  # a comment with root'),
+        ("p-item", '[a-z] "root" p-ws'),
+        ("p-ws", "[ ]?"),
+    ]
     assert rename_refs('x "\\"x" [x\\]x] x', {"x": "y"}) == 'y "\\"x" [x\\]x] y'
-    assert split_rules("a ::= b\n  | c\nb ::= \"x\"\nc ::= \"y\"") == [("a", "b | c"), ("b", '"x"'), ("c", '"y"')]
+    assert split_rules('a ::= b\n  | c\nb ::= "x"\nc ::= "y"') == [("a", "b | c"), ("b", '"x"'), ("c", '"y"')]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -872,11 +1080,35 @@ def test_detect_format_fallback() -> None:
 
 # End-of-turn markers a template writes after the assistant's calls; the model's text ends
 # before them (the engine stops at the end-of-generation token).
-END_MARKERS = ["<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>", "<｜end▁of▁sentence｜>", "<|end_of_text|>",
-               "<|END_OF_TURN_TOKEN|>", "<|end|>", "<|return|>", "<|call|>", "<seed:eos>", "<|observation|>",
-               "<turn|>", "<|tool_response>", "<|user|>", "<｜hy_eos:opensource｜>", "<end_of_sentence>",
-               "<|message_sep|>", "<|role_end|>", "</assistant>", "<SPECIAL_12>", "<|calls|>", "[e~[", "<sep>",
-               "<|begin_of_text|>", "<|start_header_id|>", "[TOOL_RESULTS]"]
+END_MARKERS = [
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "</s>",
+    "<｜end▁of▁sentence｜>",
+    "<|end_of_text|>",
+    "<|END_OF_TURN_TOKEN|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<seed:eos>",
+    "<|observation|>",
+    "<turn|>",
+    "<|tool_response>",
+    "<|user|>",
+    "<｜hy_eos:opensource｜>",
+    "<end_of_sentence>",
+    "<|message_sep|>",
+    "<|role_end|>",
+    "</assistant>",
+    "<SPECIAL_12>",
+    "<|calls|>",
+    "[e~[",
+    "<sep>",
+    "<|begin_of_text|>",
+    "<|start_header_id|>",
+    "[TOOL_RESULTS]",
+]
 
 
 def rendered_assistant_turn(source: str, calls: list[tuple[str, Any]]) -> tuple[str, bool] | None:
@@ -887,9 +1119,14 @@ def rendered_assistant_turn(source: str, calls: list[tuple[str, Any]]) -> tuple[
 
     t = ChatTemplate(source, bos_token="<s>", eos_token="</s>")
     user = {"role": "user", "content": "What is the weather?"}
-    turn = {"role": "assistant", "content": "", "tool_calls": [
-        {"id": f"call{i:05d}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
-        for i, (n, a) in enumerate(calls)]}
+    turn = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": f"call{i:05d}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+            for i, (n, a) in enumerate(calls)
+        ],
+    }
     result = {"role": "tool", "tool_call_id": "call00000", "content": "RESULT"}
     try:
         full = t.render([user, turn, result], tools=TOOLS, add_generation_prompt=False)
@@ -905,7 +1142,7 @@ def rendered_assistant_turn(source: str, calls: list[tuple[str, Any]]) -> tuple[
     if lt >= 0 and ">" not in full[lt:k] and "]" not in full[lt:k]:
         k = lt
     start = full.find(prompt, full.find("What is the weather?")) if prompt else -1
-    body = full[start + len(prompt):] if start >= 0 else full[k:]
+    body = full[start + len(prompt) :] if start >= 0 else full[k:]
     end = body.find("RESULT")
     body = body[:end] if end >= 0 else body
     cut = len(body)
@@ -920,13 +1157,22 @@ def rendered_assistant_turn(source: str, calls: list[tuple[str, Any]]) -> tuple[
 
 
 # templates that do not write the calls of an assistant turn back (nothing to recover)
-NO_CALL_RENDERING = {"CohereForAI-c4ai-command-r-plus-tool_use.jinja", "HuggingFaceTB-SmolLM3-3B.jinja",
-                     "LFM2-8B-A1B.jinja", "LFM2.5-Instruct.jinja", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
-                     "fireworks-ai-llama-3-firefunction-v2.jinja", "google-gemma-2-2b-it.jinja",
-                     "ibm-granite-granite-3.3-2B-Instruct.jinja", "llama-cpp-rwkv-world.jinja",
-                     "microsoft-Phi-3.5-mini-instruct.jinja",
-                     # formats not supported natively (detected as generic)
-                     "Kimi-K3.jinja", "MiniMax-M3.jinja", "muse-glimmer.jinja"}
+NO_CALL_RENDERING = {
+    "CohereForAI-c4ai-command-r-plus-tool_use.jinja",
+    "HuggingFaceTB-SmolLM3-3B.jinja",
+    "LFM2-8B-A1B.jinja",
+    "LFM2.5-Instruct.jinja",
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
+    "fireworks-ai-llama-3-firefunction-v2.jinja",
+    "google-gemma-2-2b-it.jinja",
+    "ibm-granite-granite-3.3-2B-Instruct.jinja",
+    "llama-cpp-rwkv-world.jinja",
+    "microsoft-Phi-3.5-mini-instruct.jinja",
+    # formats not supported natively (detected as generic)
+    "Kimi-K3.jinja",
+    "MiniMax-M3.jinja",
+    "muse-glimmer.jinja",
+}
 
 
 @needs_templates

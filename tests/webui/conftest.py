@@ -39,11 +39,34 @@ ARTIFACTS = REPO / "artifacts" / "webui"
 CHROMIUM = os.environ.get("WEBUI_CHROMIUM", "/usr/bin/chromium")
 SERVER_KIND = os.environ.get("WEBUI_SERVER", "fake").strip().lower()
 REAL_MAX_TOKENS = 48
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 # Paths that belong to the API, never to the static UI (used only by the static fallback).
-API_PREFIXES = ("/v1/", "/props", "/slots", "/health", "/models", "/completion", "/chat/", "/tokenize",
-                "/detokenize", "/apply-template", "/metrics", "/infill", "/embedding", "/rerank", "/lora")
+API_PREFIXES = (
+    "/v1/",
+    "/props",
+    "/slots",
+    "/health",
+    "/models",
+    "/completion",
+    "/chat/",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+    "/metrics",
+    "/infill",
+    "/embedding",
+    "/rerank",
+    "/lora",
+)
 
 
 def free_port() -> int:
@@ -100,8 +123,9 @@ def server_command(port: int, extra: list[str]) -> list[str]:
     return [sys.executable, str(Path(__file__).with_name("fake_api.py")), "--port", str(port), *extra]
 
 
-def start_ui_server(tmp: Path, extra: list[str] | None = None, *, api_key: str = "",
-                    timeout: float = 180.0) -> UIServer:
+def start_ui_server(
+    tmp: Path, extra: list[str] | None = None, *, api_key: str = "", timeout: float = 180.0
+) -> UIServer:
     port = free_port()
     args = ["-c", "4096", "-np", "2", *(extra or [])]
     if api_key:
@@ -194,10 +218,15 @@ class PageFactory:
     contexts: list[Any] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
-    def __call__(self, server: UIServer, *, width: int = 1280, height: int = 800,
-                 color_scheme: str = "light", goto: bool = True) -> Any:
-        ctx = self.browser.new_context(viewport={"width": width, "height": height}, color_scheme=color_scheme,
-                                       base_url=server.url, accept_downloads=True)
+    def __call__(
+        self, server: UIServer, *, width: int = 1280, height: int = 800, color_scheme: str = "light", goto: bool = True
+    ) -> Any:
+        ctx = self.browser.new_context(
+            viewport={"width": width, "height": height},
+            color_scheme=color_scheme,
+            base_url=server.url,
+            accept_downloads=True,
+        )
         ctx.set_default_timeout(15_000)
         self.contexts.append(ctx)
         if not server.serves_ui:

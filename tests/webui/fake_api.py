@@ -43,8 +43,8 @@ DEFAULT_ANSWER = (
     "2. Then call it.\n\n"
     "```python\n"
     "def greet(name: str) -> str:\n"
-    "    return f\"Hello, {name}!\"\n\n"
-    "print(greet(\"llama\"))\n"
+    '    return f"Hello, {name}!"\n\n'
+    'print(greet("llama"))\n'
     "```\n\n"
     "The energy is $E = mc^2$, and the area under $x^2$ is\n\n"
     "$$\\int_0^1 x^2\\,dx = \\frac{1}{3}$$\n\n"
@@ -127,14 +127,26 @@ class Handler(BaseHTTPRequestHandler):
         return json.loads(raw or b"{}")
 
     # ------------------------------------------------------------ routes
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         path = urlsplit(self.path).path
         if path in ("/health", "/v1/health"):
             self.send_json({"status": "ok"})
         elif path in ("/v1/models", "/models"):
-            self.send_json({"object": "list", "data": [
-                {"id": m, "object": "model", "created": 0, "owned_by": "llamaserve",
-                 "meta": {"n_ctx_train": self.state.args.ctx_size}} for m in self.state.model_ids()]})
+            self.send_json(
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": m,
+                            "object": "model",
+                            "created": 0,
+                            "owned_by": "llamaserve",
+                            "meta": {"n_ctx_train": self.state.args.ctx_size},
+                        }
+                        for m in self.state.model_ids()
+                    ],
+                }
+            )
         elif path == "/props":
             if self.authorised(path):
                 self.send_json(self.props())
@@ -148,7 +160,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.static(path)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         path = urlsplit(self.path).path
         if not self.authorised(path):
             return
@@ -170,8 +182,15 @@ class Handler(BaseHTTPRequestHandler):
         return {
             "default_generation_settings": {
                 "n_ctx": a.ctx_size,
-                "params": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
-                           "n_predict": -1, "repeat_penalty": 1.0, "seed": 4294967295},
+                "params": {
+                    "temperature": 0.8,
+                    "top_k": 40,
+                    "top_p": 0.95,
+                    "min_p": 0.05,
+                    "n_predict": -1,
+                    "repeat_penalty": 1.0,
+                    "seed": 4294967295,
+                },
             },
             "total_slots": a.parallel,
             "model_alias": self.state.alias,
@@ -212,8 +231,8 @@ class Handler(BaseHTTPRequestHandler):
         if "tool" in text:
             calls = [
                 {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
-                {"index": 0, "function": {"arguments": "{\"city\": "}},
-                {"index": 0, "function": {"arguments": "\"Paris\"}"}},
+                {"index": 0, "function": {"arguments": '{"city": '}},
+                {"index": 0, "function": {"arguments": '"Paris"}'}},
             ]
             return [], pieces("Let me check the weather."), calls
         return [], pieces(DEFAULT_ANSWER), []
@@ -227,14 +246,20 @@ class Handler(BaseHTTPRequestHandler):
             if body.get("stream"):
                 self.stream_chat(body)
             else:
-                reasoning, answer, calls = self.script(body)
+                reasoning, answer, _calls = self.script(body)
                 msg: dict[str, Any] = {"role": "assistant", "content": "".join(answer)}
                 if reasoning:
                     msg["reasoning_content"] = "".join(reasoning)
-                self.send_json({"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
-                                "model": self.state.alias,
-                                "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}],
-                                "timings": self.timings(body, len(answer), 10.0)})
+                self.send_json(
+                    {
+                        "id": "chatcmpl-fake",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": self.state.alias,
+                        "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}],
+                        "timings": self.timings(body, len(answer), 10.0),
+                    }
+                )
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             if self.state.args.verbose:
                 sys.stderr.write("fake_api: client disconnected, slot freed\n")
@@ -254,10 +279,13 @@ class Handler(BaseHTTPRequestHandler):
         prompt_n = max(1, total - cache_n)
         prompt_ms = prompt_n * 0.8 + 3
         return {
-            "cache_n": cache_n, "prompt_n": prompt_n, "prompt_ms": round(prompt_ms, 3),
+            "cache_n": cache_n,
+            "prompt_n": prompt_n,
+            "prompt_ms": round(prompt_ms, 3),
             "prompt_per_token_ms": round(prompt_ms / prompt_n, 3),
             "prompt_per_second": round(1000 * prompt_n / prompt_ms, 3),
-            "predicted_n": n_gen, "predicted_ms": round(gen_ms, 3),
+            "predicted_n": n_gen,
+            "predicted_ms": round(gen_ms, 3),
             "predicted_per_token_ms": round(gen_ms / max(1, n_gen), 3),
             "predicted_per_second": round(1000 * n_gen / max(gen_ms, 1e-6), 3),
         }
@@ -280,8 +308,12 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        env = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
-               "created": int(time.time()), "model": body.get("model") or self.state.alias}
+        env = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model") or self.state.alias,
+        }
 
         def delta(d: dict[str, Any], finish: str | None = None, **extra: Any) -> None:
             choice = {"index": 0, "delta": d, "logprobs": None, "finish_reason": finish}

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 pytest.importorskip("playwright.sync_api")
-from playwright.sync_api import Page, Request, Route, expect  # noqa: E402
+from playwright.sync_api import Page, Request, Route, expect
 
-from .conftest import UIServer, http_get, open_ui  # noqa: E402
+from .conftest import UIServer, http_get, open_ui
 
 CHAT_PATH = "/v1/chat/completions"
 # The real model needs longer than the fake's canned answers.
@@ -27,6 +27,7 @@ TIMINGS_RE = re.compile(r"^prompt (\d+(\.\d)?|—) t/s · gen (\d+(\.\d)?|—) t
 
 
 # ------------------------------------------------------------------ helpers
+
 
 class ChatRequests:
     """Records the chat requests a page sends."""
@@ -90,6 +91,7 @@ def no_slot_busy(server: UIServer, timeout: float = 10.0) -> bool:
 
 # ------------------------------------------------------------------ streaming
 
+
 def test_answer_streams_token_by_token(page: Page, ui_server: UIServer) -> None:
     chats = ChatRequests(page)
     expect(page.get_by_test_id("model-name")).not_to_have_text("…")
@@ -133,7 +135,9 @@ def test_stop_aborts_and_frees_the_slot(page: Page, ui_server: UIServer) -> None
         """() => {
             const c = document.querySelector('[data-role="assistant"] [data-testid="message-content"]');
             return c && !c.querySelector('.dots') && c.textContent.length > 40;
-        }""", timeout=60_000)
+        }""",
+        timeout=60_000,
+    )
     page.get_by_test_id("stop-button").click()
     wait_done(page, 10_000)
     expect(page.get_by_test_id("send-button")).to_be_visible()
@@ -159,7 +163,9 @@ def test_escape_stops_generation_from_the_keyboard(page: Page, ui_server: UIServ
     page.keyboard.press("Enter")
     page.wait_for_function(
         """() => (document.querySelector('[data-role="assistant"] [data-testid="message-content"]')
-                  ?.textContent.length || 0) > 10""", timeout=60_000)
+                  ?.textContent.length || 0) > 10""",
+        timeout=60_000,
+    )
     page.keyboard.press("Escape")
     wait_done(page, 10_000)
     expect(assistant(page).get_by_test_id("message-timings")).to_contain_text("stopped")
@@ -167,6 +173,7 @@ def test_escape_stops_generation_from_the_keyboard(page: Page, ui_server: UIServ
 
 
 # ------------------------------------------------------------------ conversations
+
 
 def test_conversations_survive_a_reload(page: Page) -> None:
     send(page, "Remember this conversation")
@@ -244,7 +251,9 @@ def test_deleting_a_streaming_conversation_stops_it_for_good(page: Page, ui_serv
     send(page, "A long answer that I will delete")
     page.wait_for_function(
         """() => (document.querySelector('[data-role="assistant"] [data-testid="message-content"]')
-                  ?.textContent.length || 0) > 10""", timeout=60_000)
+                  ?.textContent.length || 0) > 10""",
+        timeout=60_000,
+    )
     page.get_by_test_id("conversation-delete").first.click()
     wait_done(page, 10_000)
     expect(page.get_by_test_id("conversation-item")).to_have_count(0)
@@ -265,24 +274,50 @@ def test_import_rejects_a_bad_file(page: Page, tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ rendering
 
+
 def test_reasoning_tool_calls_markdown_and_timings(page: Page) -> None:
     chunks = [
         {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]},
         {"choices": [{"index": 0, "delta": {"reasoning_content": "Let me think. "}}]},
         {"choices": [{"index": 0, "delta": {"reasoning_content": "The user wants math."}}]},
         {"choices": [{"index": 0, "delta": {"content": "The answer is $x^2$ and "}}]},
-        {"choices": [{"index": 0, "delta": {"content": "<img src=x onerror=\"window.__pwned=1\">.\n\n"}}]},
+        {"choices": [{"index": 0, "delta": {"content": '<img src=x onerror="window.__pwned=1">.\n\n'}}]},
         {"choices": [{"index": 0, "delta": {"content": "```python\nprint('hi')\n```\n\n[bad](javascript:alert(1))"}}]},
-        {"choices": [{"index": 0, "delta": {"tool_calls": [{
-            "index": 0, "id": "c1", "type": "function",
-            "function": {"name": "get_time", "arguments": "{\"tz\":"}}]}}]},
-        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "\"UTC\"}"}}]}}]},
-        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
-         "timings": {"cache_n": 10, "prompt_n": 50, "prompt_ms": 405.2, "prompt_per_second": 123.4,
-                     "predicted_n": 20, "predicted_ms": 444.4, "predicted_per_second": 45.0}},
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": "get_time", "arguments": '{"tz":'},
+                            }
+                        ]
+                    },
+                }
+            ]
+        },
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"UTC"}'}}]}}]},
+        {
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+            "timings": {
+                "cache_n": 10,
+                "prompt_n": 50,
+                "prompt_ms": 405.2,
+                "prompt_per_second": 123.4,
+                "predicted_n": 20,
+                "predicted_ms": 444.4,
+                "predicted_per_second": 45.0,
+            },
+        },
     ]
-    page.route(f"**{CHAT_PATH}", lambda route: route.fulfill(
-        status=200, headers={"Content-Type": "text/event-stream"}, body=sse(chunks)))
+    page.route(
+        f"**{CHAT_PATH}",
+        lambda route: route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body=sse(chunks)),
+    )
     send(page, "What time is it?")
     wait_done(page)
     msg = assistant(page)
@@ -307,18 +342,32 @@ def test_reasoning_tool_calls_markdown_and_timings(page: Page) -> None:
 
 
 def test_server_error_is_shown(page: Page) -> None:
-    page.route(f"**{CHAT_PATH}", lambda route: route.fulfill(
-        status=400, headers={"Content-Type": "application/json"},
-        body=json.dumps({"error": {"code": 400, "message": "the request exceeds the available context size",
-                                   "type": "exceed_context_size_error"}})))
+    page.route(
+        f"**{CHAT_PATH}",
+        lambda route: route.fulfill(
+            status=400,
+            headers={"Content-Type": "application/json"},
+            body=json.dumps(
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "the request exceeds the available context size",
+                        "type": "exceed_context_size_error",
+                    }
+                }
+            ),
+        ),
+    )
     send(page, "Too long")
     wait_done(page)
     expect(assistant(page).get_by_test_id("message-error")).to_have_text(
-        "the request exceeds the available context size")
+        "the request exceeds the available context size"
+    )
     expect(page.get_by_test_id("regenerate")).to_be_enabled()
 
 
 # ------------------------------------------------------------------ settings
+
 
 def test_settings_are_sent_and_saved(page: Page) -> None:
     chats = ChatRequests(page)
@@ -395,11 +444,23 @@ def test_header_shows_model_and_context_and_picker(new_page: Callable[..., Page]
 
     # Two models: the picker appears and the choice goes into the request.
     page2 = new_page(ui_server, goto=False)
-    page2.route("**/v1/models", lambda route: route.fulfill(json={
-        "object": "list", "data": [{"id": alias, "object": "model"}, {"id": "other-model", "object": "model"}]}))
-    page2.route(f"**{CHAT_PATH}", lambda route: route.fulfill(
-        status=200, headers={"Content-Type": "text/event-stream"},
-        body=sse([{"choices": [{"index": 0, "delta": {"content": "ok"}}]}])))
+    page2.route(
+        "**/v1/models",
+        lambda route: route.fulfill(
+            json={
+                "object": "list",
+                "data": [{"id": alias, "object": "model"}, {"id": "other-model", "object": "model"}],
+            }
+        ),
+    )
+    page2.route(
+        f"**{CHAT_PATH}",
+        lambda route: route.fulfill(
+            status=200,
+            headers={"Content-Type": "text/event-stream"},
+            body=sse([{"choices": [{"index": 0, "delta": {"content": "ok"}}]}]),
+        ),
+    )
     chats = ChatRequests(page2)
     open_ui(page2)
     picker = page2.get_by_test_id("model-select")
@@ -412,6 +473,7 @@ def test_header_shows_model_and_context_and_picker(new_page: Callable[..., Page]
 
 
 # ------------------------------------------------------------------ API key
+
 
 def test_api_key_prompt_on_401(new_page: Callable[..., Page], keyed_server: UIServer) -> None:
     status, _ = http_get(keyed_server.url + "/props")
@@ -445,6 +507,7 @@ def test_api_key_prompt_on_401(new_page: Callable[..., Page], keyed_server: UISe
 
 
 # ------------------------------------------------------------------ keyboard, themes, small screens
+
 
 def test_keyboard_only_flow(page: Page) -> None:
     chats = ChatRequests(page)
@@ -513,8 +576,12 @@ def test_screenshots(new_page: Callable[..., Page], ui_server: UIServer, artifac
     page = new_page(ui_server, color_scheme="light")
     expect(page.get_by_test_id("model-name")).not_to_have_text("…")
     page.screenshot(path=str(artifacts / "empty-light.png"))
-    send(page, "Show me a small Python example and a formula." if not ui_server.real
-         else "Explain what a hash map is, with a short Python example.")
+    send(
+        page,
+        "Show me a small Python example and a formula."
+        if not ui_server.real
+        else "Explain what a hash map is, with a short Python example.",
+    )
     wait_done(page)
     send(page, "Now think before you answer: what is 6 times 7?")
     wait_done(page)

@@ -37,25 +37,25 @@ from collections.abc import Callable
 from llamaserve.chat.parsed import ContentDelta, ParseEvent
 
 from ._base import StreamParser, fold
-from ._toolinfo import ToolInfo
 from ._format import ToolChoiceError, ToolFormat, normalize_tool_choice
+from ._toolinfo import ToolInfo
 from .command_r7b import CommandR7BFormat
 from .deepseek_r1 import DeepSeekR1Format
 from .deepseek_v3 import DeepSeekV3Format
 from .firefunction_v2 import FirefunctionV2Format
 from .functionary_v3_1 import FunctionaryV31Format
 from .functionary_v3_2 import FunctionaryV32Format
+from .gemma4 import Gemma4Format
 from .generic import GenericFormat
 from .glm4 import HY3_TAGS, Glm4Format
 from .gpt_oss import GptOssFormat
 from .granite import GraniteFormat
 from .hermes import HermesFormat
+from .json_blocks import APERTUS, APRIEL, GIGACHAT, MINIMAX_M1, NEMOTRON_V2
 from .kimi_k2 import KimiK2Format
+from .lfm2 import Lfm2Format
 from .llama3 import Llama3Format
 from .mistral import MistralFormat
-from .gemma4 import Gemma4Format
-from .json_blocks import APERTUS, APRIEL, GIGACHAT, MINIMAX_M1, NEMOTRON_V2
-from .lfm2 import Lfm2Format
 from .qwen3_coder import Qwen3CoderFormat
 from .solar_open import SolarOpenFormat
 from .xml_invoke import DSML_V4, DSML_V32, MINICPM5, MINIMAX_M2, XmlInvokeFormat
@@ -132,8 +132,7 @@ _RULES: list[tuple[Callable[[str], bool], str]] = [
     (lambda s: _has(s, "<|tool_call>call:"), "gemma4"),
     (lambda s: _has(s, "<|tool_call:begin|>", "<|tool_call:name|>"), "solar_open"),
     (lambda s: _has(s, "<|tools_prefix|>"), "apertus"),
-    (lambda s: _has(s, "<|tool_call_start|>") or _has(s, "<|tool_list_start|>")
-     or _has(s, "List of tools: ["), "lfm2"),
+    (lambda s: _has(s, "<|tool_call_start|>") or _has(s, "<|tool_list_start|>") or _has(s, "List of tools: ["), "lfm2"),
     (lambda s: _has(s, "<TOOLCALL>"), "nemotron_v2"),
     (lambda s: _has(s, "<function name=", "<param name="), "minicpm5"),
     (lambda s: _has(s, "<tool_calls>[") or _has(s, "<tool_calls>\n        ["), "apriel"),
@@ -177,7 +176,7 @@ def new_tool_call_id() -> str:
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(9))
 
 
-class chain:  # noqa: N801 - used like a function
+class chain:
     """Two stream parsers in a row: ``first``'s content is fed to ``second``; its other events
     (reasoning) pass through. Typically ``chain(reasoning_splitter, tool_parser)``."""
 

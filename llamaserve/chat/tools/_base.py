@@ -52,8 +52,8 @@ from llamaserve.chat.parsed import (
     ToolCallStart,
 )
 
-from ._toolinfo import ToolInfo
 from ._jsonscan import _WS, DONE, ERROR, JsonScanner, escape_fixups
+from ._toolinfo import ToolInfo
 
 
 class _Need:
@@ -77,11 +77,21 @@ _NON_WS = re.compile(r"[^ \t\r\n]")
 class Ctx:
     """Shared state of one parse: the text so far, the read position, the call counter."""
 
-    __slots__ = ("buf", "pos", "final", "streaming", "info", "tools_ok", "index", "truncated",
-                 "after_block", "held_ws", "reasoning_open")
+    __slots__ = (
+        "after_block",
+        "buf",
+        "final",
+        "held_ws",
+        "index",
+        "info",
+        "pos",
+        "reasoning_open",
+        "streaming",
+        "tools_ok",
+        "truncated",
+    )
 
-    def __init__(self, info: ToolInfo, tools_ok: bool, streaming: bool,
-                 reasoning_open: bool = False) -> None:
+    def __init__(self, info: ToolInfo, tools_ok: bool, streaming: bool, reasoning_open: bool = False) -> None:
         self.reasoning_open = reasoning_open  # the prompt opened the format's reasoning block
         self.buf = ""
         self.pos = 0
@@ -98,7 +108,7 @@ class Ctx:
     # :func:`scan_content` and in :func:`json_value` with ``emit_index`` (after commitment).
     def compact(self) -> None:
         if self.streaming and self.pos > 4096:
-            self.buf = self.buf[self.pos:]
+            self.buf = self.buf[self.pos :]
             self.pos = 0
 
     def at_eof(self) -> bool:
@@ -142,7 +152,7 @@ def literal(ctx: Ctx, lit: str) -> Gen:
     """Consume ``lit`` at ``pos`` if it is there (True); otherwise leave ``pos`` (False)."""
     n = len(lit)
     while True:
-        avail = ctx.buf[ctx.pos:ctx.pos + n]
+        avail = ctx.buf[ctx.pos : ctx.pos + n]
         if len(avail) == n:
             if avail == lit:
                 ctx.pos += n
@@ -157,7 +167,7 @@ def one_of(ctx: Ctx, lits: Iterable[str]) -> Gen:
     """Consume the longest of ``lits`` present at ``pos``; returns it or None."""
     cands = sorted(lits, key=len, reverse=True)
     while True:
-        avail = ctx.buf[ctx.pos:ctx.pos + len(cands[0])]
+        avail = ctx.buf[ctx.pos : ctx.pos + len(cands[0])]
         undecided = False
         for lit in cands:
             if avail.startswith(lit):
@@ -172,8 +182,9 @@ def one_of(ctx: Ctx, lits: Iterable[str]) -> Gen:
         yield NEED
 
 
-def read_until(ctx: Ctx, stops: Iterable[str], *, limit: int | None = None,
-               charset: re.Pattern[str] | None = None) -> Gen:
+def read_until(
+    ctx: Ctx, stops: Iterable[str], *, limit: int | None = None, charset: re.Pattern[str] | None = None
+) -> Gen:
     """Read text up to the first of ``stops``; returns (text, stop) with ``pos`` after the stop,
     or (text, None) at the end of the text (pos at the end). Fails (returns None, pos unchanged)
     when more than ``limit`` characters pass without a stop or ``charset`` (a pattern of
@@ -226,8 +237,7 @@ def _partial_suffix(buf: str, start: int, markers: Iterable[str]) -> int:
     return best
 
 
-def scan_content(ctx: Ctx, markers: Collection[str], kind: type = ContentDelta,
-                 *, strip_end: bool = False) -> Gen:
+def scan_content(ctx: Ctx, markers: Collection[str], kind: type = ContentDelta, *, strip_end: bool = False) -> Gen:
     """Emit text as ``kind`` deltas until one of ``markers``; returns the marker found (``pos``
     at its start, trailing whitespace before it kept in ``ctx.held_ws`` and not emitted) or None
     at the end of the text. Never emits text that might be the beginning of a marker.
@@ -259,7 +269,7 @@ def scan_content(ctx: Ctx, markers: Collection[str], kind: type = ContentDelta,
             text = seg.rstrip(_WS)
             if text:
                 yield kind(text)
-            ctx.held_ws = seg[len(text):]
+            ctx.held_ws = seg[len(text) :]
             ctx.pos = best
             return which
         if ctx.final:
@@ -290,12 +300,14 @@ def rest_as(ctx: Ctx, kind: type = ContentDelta) -> Gen:
     """Everything from ``pos`` to the end of the text as ``kind``."""
     while True:
         if ctx.pos < len(ctx.buf):
-            yield kind(ctx.buf[ctx.pos:])
+            yield kind(ctx.buf[ctx.pos :])
             ctx.pos = len(ctx.buf)
         if ctx.final:
             return
         ctx.compact()
         yield NEED
+
+
 # ---------------------------------------------------------------------------------------------
 # Incremental JSON
 # ---------------------------------------------------------------------------------------------
@@ -375,8 +387,7 @@ def try_block(ctx: Ctx, block: Gen, *, on_fail_content: str | None = None) -> Ge
     if ok:
         ctx.held_ws = ""
         if pending:
-            for ev in pending:
-                yield ev
+            yield from pending
         ctx.after_block = True
         return True
     if not committed:
@@ -396,10 +407,15 @@ def try_block(ctx: Ctx, block: Gen, *, on_fail_content: str | None = None) -> Ge
     return True
 
 
-def json_call_object(ctx: Ctx, *, name_keys: Collection[str] = ("name",),
-                     args_keys: Collection[str] = ("arguments", "parameters"),
-                     id_keys: Collection[str] = ("id",), allow_missing_args: bool = True,
-                     extra_check: Callable[[str, Any], bool] | None = None) -> Gen:
+def json_call_object(
+    ctx: Ctx,
+    *,
+    name_keys: Collection[str] = ("name",),
+    args_keys: Collection[str] = ("arguments", "parameters"),
+    id_keys: Collection[str] = ("id",),
+    allow_missing_args: bool = True,
+    extra_check: Callable[[str, Any], bool] | None = None,
+) -> Gen:
     """One call written as a JSON object ``{"name": ..., "arguments": {...}}`` (keys in any
     order, other keys ignored). Streams the arguments when the name comes first. Returns True on
     success, False on failure (committed or not: see :func:`try_block`).
@@ -527,8 +543,15 @@ class StreamParser:
     off); such a call must not be executed (report ``finish_reason: "length"``).
     """
 
-    def __init__(self, run: Callable[[Ctx], Gen], info: ToolInfo, tools_ok: bool,
-                 *, streaming: bool = True, reasoning_open: bool = False) -> None:
+    def __init__(
+        self,
+        run: Callable[[Ctx], Gen],
+        info: ToolInfo,
+        tools_ok: bool,
+        *,
+        streaming: bool = True,
+        reasoning_open: bool = False,
+    ) -> None:
         self._ctx = Ctx(info, tools_ok, streaming, reasoning_open)
         self._gen: Gen | None = run(self._ctx)
         self._done = False
@@ -553,7 +576,7 @@ class StreamParser:
         except StopIteration:
             self._gen = None
             if self._ctx.pos < len(self._ctx.buf):  # a format that stopped early: the rest is content
-                out.append(ContentDelta(self._ctx.buf[self._ctx.pos:]))
+                out.append(ContentDelta(self._ctx.buf[self._ctx.pos :]))
                 self._ctx.pos = len(self._ctx.buf)
         return _coalesce(out)
 
@@ -579,7 +602,7 @@ def fold(events: Iterable[ParseEvent], into: ParsedMessage | None = None) -> Par
     msg = into if into is not None else ParsedMessage()
     content: list[str] = [msg.content]
     reasoning: list[str] = [msg.reasoning]
-    calls = {i: c for i, c in enumerate(msg.tool_calls)}
+    calls = dict(enumerate(msg.tool_calls))
     args: dict[int, list[str]] = {i: [c.arguments] for i, c in calls.items()}
     for ev in events:
         if isinstance(ev, ContentDelta):
@@ -602,8 +625,9 @@ def fold(events: Iterable[ParseEvent], into: ParsedMessage | None = None) -> Par
     return msg
 
 
-def parse_with(run: Callable[[Ctx], Gen], text: str, info: ToolInfo, tools_ok: bool,
-               reasoning_open: bool = False) -> tuple[ParsedMessage, bool]:
+def parse_with(
+    run: Callable[[Ctx], Gen], text: str, info: ToolInfo, tools_ok: bool, reasoning_open: bool = False
+) -> tuple[ParsedMessage, bool]:
     """One-shot parse; returns the message and whether a broken call was rolled back."""
     p = StreamParser(run, info, tools_ok, streaming=False, reasoning_open=reasoning_open)
     p._ctx.buf = text

@@ -10,8 +10,8 @@ from llamaserve.chat.parsed import GrammarSpec, ParsedMessage
 
 from . import _base
 from ._base import Ctx, Gen, StreamParser
-from ._toolinfo import ToolInfo, tool_name, tool_parameters
 from ._grammar import SP, SP_RULE, GrammarBuilder
+from ._toolinfo import ToolInfo, tool_name, tool_parameters
 
 # A tool argument grammar handed to a format: (tool name, rule matching its JSON arguments).
 ToolRule = tuple[str, str]
@@ -70,16 +70,26 @@ class ToolFormat(ABC):
     def run(self, ctx: Ctx) -> Gen:
         """The message parser (a generator; see ``_base``)."""
 
-    def parse_ex(self, text: str, *, tools_offered: bool,
-                 tools: Iterable[Mapping[str, Any]] | None = None,
-                 reasoning_open: bool = False) -> tuple[ParsedMessage, bool]:
+    def parse_ex(
+        self,
+        text: str,
+        *,
+        tools_offered: bool,
+        tools: Iterable[Mapping[str, Any]] | None = None,
+        reasoning_open: bool = False,
+    ) -> tuple[ParsedMessage, bool]:
         """Like :meth:`parse`, also returning whether a started call was malformed or cut off
         (its text was left as content)."""
         return _base.parse_with(self.run, text, ToolInfo(tools), bool(tools_offered), reasoning_open)
 
-    def parse(self, text: str, *, tools_offered: bool,
-              tools: Iterable[Mapping[str, Any]] | None = None,
-              reasoning_open: bool = False) -> ParsedMessage:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools_offered: bool,
+        tools: Iterable[Mapping[str, Any]] | None = None,
+        reasoning_open: bool = False,
+    ) -> ParsedMessage:
         """Parse a complete assistant message.
 
         ``tools_offered``: tools were given with the request (with False, only a format's
@@ -90,22 +100,26 @@ class ToolFormat(ABC):
         reasoning themselves (:attr:`handles_reasoning`), the generation prompt already opened
         the reasoning block (the text starts inside it).
         """
-        return self.parse_ex(text, tools_offered=tools_offered, tools=tools,
-                             reasoning_open=reasoning_open)[0]
+        return self.parse_ex(text, tools_offered=tools_offered, tools=tools, reasoning_open=reasoning_open)[0]
 
-    def stream_parser(self, tools_offered: bool,
-                      tools: Iterable[Mapping[str, Any]] | None = None, *,
-                      reasoning_open: bool = False) -> StreamParser:
+    def stream_parser(
+        self, tools_offered: bool, tools: Iterable[Mapping[str, Any]] | None = None, *, reasoning_open: bool = False
+    ) -> StreamParser:
         """A fresh incremental parser (``feed(delta)``, ``finish()``, ``truncated``); arguments
         as for :meth:`parse`."""
-        return StreamParser(self.run, ToolInfo(tools), bool(tools_offered),
-                            reasoning_open=reasoning_open)
+        return StreamParser(self.run, ToolInfo(tools), bool(tools_offered), reasoning_open=reasoning_open)
 
     # -- grammar ----------------------------------------------------------------------------
 
-    def grammar(self, tools: Sequence[Mapping[str, Any]] | None, tool_choice: Any = "auto",
-                parallel: bool = True, *, reasoning: str | None = None,
-                reasoning_markers: tuple[str, str] = ("<think>", "</think>")) -> GrammarSpec | None:
+    def grammar(
+        self,
+        tools: Sequence[Mapping[str, Any]] | None,
+        tool_choice: Any = "auto",
+        parallel: bool = True,
+        *,
+        reasoning: str | None = None,
+        reasoning_markers: tuple[str, str] = ("<think>", "</think>"),
+    ) -> GrammarSpec | None:
         """The grammar constraining tool calls, or None when nothing is constrained.
 
         - ``auto``: a lazy grammar, switched on by :attr:`triggers` (free text before a call);
@@ -154,8 +168,9 @@ class ToolFormat(ABC):
         return self.triggers
 
     @abstractmethod
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         """Add the format's rules to ``g`` and return the root body. When ``lazy``, the root
         starts where a trigger pattern matched (the opener). ``rules[i]`` is ``(name, rule)``
         of ``tools[i]``, the rule matching its JSON arguments."""

@@ -27,7 +27,7 @@ def split_rules(gbnf: str) -> list[tuple[str, str]]:
     for line in gbnf.splitlines():
         m = _RULE_LINE.match(line)
         if m:
-            rules.append((m.group(1), line[m.end():]))
+            rules.append((m.group(1), line[m.end() :]))
         elif line.strip() and not line.lstrip().startswith("#"):
             if not rules:
                 raise ValueError(f"GBNF line outside a rule: {line[:60]!r}")
@@ -48,7 +48,7 @@ def rename_refs(body: str, mapping: Mapping[str, str]) -> str:
             j = i + 1
             while j < n and body[j] != close:
                 j += 2 if body[j] == "\\" else 1
-            out.append(body[i:j + 1])
+            out.append(body[i : j + 1])
             i = j + 1
         elif c == "#":
             j = body.find("\n", i)
@@ -230,12 +230,15 @@ SP = "sp"
 SP_RULE = "[ \\t\\n]{0,8}"
 
 
-def json_call_body(name: str, args_rule: str, *, name_key: str = "name",
-                   args_key: str = "arguments", extra: str = "") -> str:
+def json_call_body(
+    name: str, args_rule: str, *, name_key: str = "name", args_key: str = "arguments", extra: str = ""
+) -> str:
     """GBNF for ``{"name": "NAME", "arguments": ARGS<extra>}`` (``extra`` is GBNF placed after
     the arguments, e.g. an id field)."""
-    return (f'"{{" {SP} {json_str_lit(name_key)} {SP} ":" {SP} {json_str_lit(name)} {SP} "," {SP} '
-            f'{json_str_lit(args_key)} {SP} ":" {SP} {args_rule} {extra} {SP} "}}"').replace("  ", " ")
+    return (
+        f'"{{" {SP} {json_str_lit(name_key)} {SP} ":" {SP} {json_str_lit(name)} {SP} "," {SP} '
+        f'{json_str_lit(args_key)} {SP} ":" {SP} {args_rule} {extra} {SP} "}}"'
+    ).replace("  ", " ")
 
 
 def regex_escape(text: str) -> str:
@@ -249,14 +252,14 @@ def _is_text_schema(s: Any) -> bool:
     t = s.get("type")
     if t == "string":
         return True
-    if t is None and not any(k in s for k in ("properties", "items", "enum", "const", "anyOf",
-                                                "oneOf", "allOf", "$ref", "minimum", "maximum")):
-        return True  # unconstrained: written as text
-    return False
+    # No type and no constraint: unconstrained, written as text.
+    return t is None and not any(
+        k in s
+        for k in ("properties", "items", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minimum", "maximum")
+    )
 
 
-def xml_params(g: GrammarBuilder, schema: Any, hint: str
-               ) -> tuple[list[tuple[str, str | None, bool]], bool]:
+def xml_params(g: GrammarBuilder, schema: Any, hint: str) -> tuple[list[tuple[str, str | None, bool]], bool]:
     """The parameters of a tool for XML-style formats (one tag per argument):
     ``([(name, value rule or None for raw text, required), ...], extra keys allowed)``.
 
@@ -284,8 +287,9 @@ def xml_params(g: GrammarBuilder, schema: Any, hint: str
     return out, extra
 
 
-def xml_params_body(g: GrammarBuilder, params: list[tuple[str, str | None, bool]], extra: bool,
-                    hint: str, one: "Any") -> str:
+def xml_params_body(
+    g: GrammarBuilder, params: list[tuple[str, str | None, bool]], extra: bool, hint: str, one: Any
+) -> str:
     """A sequence of parameter tags in declared order (required ones mandatory). ``one(key_gbnf,
     value_gbnf)`` writes one parameter; ``key_gbnf`` is a literal or a name rule."""
     parts = []
@@ -297,4 +301,6 @@ def xml_params_body(g: GrammarBuilder, params: list[tuple[str, str | None, bool]
         r = g.add(f"{hint}-argx", one(name, None))
         parts.append(f"{r}*")
     return " ".join(parts) if parts else '""'
+
+
 COMMA = f'{SP} ","'

@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 import re
 
-
 _WS = " \t\r\n"  # JSON's whitespace, also what the parsers skip between blocks
 MORE, DONE, ERROR = 0, 1, 2
 
-(_S_VALUE, _S_OBJ_FIRST, _S_OBJ_KEY, _S_COLON, _S_AFTER, _S_ARR_FIRST, _S_STR, _S_ESC, _S_U,
- _S_NUM, _S_LIT) = range(11)
+(_S_VALUE, _S_OBJ_FIRST, _S_OBJ_KEY, _S_COLON, _S_AFTER, _S_ARR_FIRST, _S_STR, _S_ESC, _S_U, _S_NUM, _S_LIT) = range(11)
 _STR_STOP = re.compile(r'["\\\x00-\x1f]')
 _HEX = frozenset("0123456789abcdefABCDEF")
 _DIGITS = frozenset("0123456789")
@@ -32,7 +30,7 @@ class JsonScanner:
     them (:func:`escape_fixups`) and still hand valid JSON to clients.
     """
 
-    __slots__ = ("stack", "state", "is_key", "num", "lit", "ucount", "max_depth", "fixups")
+    __slots__ = ("fixups", "is_key", "lit", "max_depth", "num", "stack", "state", "ucount")
 
     def __init__(self, max_depth: int = 512) -> None:
         self.fixups: list[int] = []
@@ -97,7 +95,7 @@ class JsonScanner:
                         pos += 1
                     else:
                         return pos, ERROR
-                elif st == _S_OBJ_FIRST or st == _S_OBJ_KEY:
+                elif st in (_S_OBJ_FIRST, _S_OBJ_KEY):
                     if c == '"':
                         self.is_key = True
                         self.state = _S_STR

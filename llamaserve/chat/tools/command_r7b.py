@@ -17,8 +17,8 @@ from typing import Any
 
 from ._base import (
     Ctx,
-    ReasoningDelta,
     Gen,
+    ReasoningDelta,
     json_call_object,
     literal,
     parse_json_array_of_calls,
@@ -58,6 +58,7 @@ class CommandR7BFormat(ToolFormat):
             if m is None:
                 return
             if m == ACTION_OPEN:
+
                 def block() -> Gen:
                     yield from literal(ctx, ACTION_OPEN)
                     if not (yield from parse_json_array_of_calls(ctx, lambda: _call(ctx))):
@@ -79,8 +80,9 @@ class CommandR7BFormat(ToolFormat):
             elif m == RESP_CLOSE:
                 ctx.after_block = True
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         g.add("call-id", '"\\"" [0-9]{1,3} "\\""')
         objs = []
         for i, (n, a) in enumerate(rules):
@@ -88,8 +90,7 @@ class CommandR7BFormat(ToolFormat):
             body = body.replace('"{" ', f'"{{" {SP} "\\"tool_call_id\\"" {SP} ":" {SP} call-id {SP} "," ', 1)
             objs.append(g.add(f"obj-{i}", body))
         obj = g.add("call-obj", alt(objs))
-        body = (f'{lit(ACTION_OPEN)} "[" {SP} {repeat_calls(obj, parallel, COMMA)} {SP} "]" '
-                f'{lit(ACTION_CLOSE)}')
+        body = f'{lit(ACTION_OPEN)} "[" {SP} {repeat_calls(obj, parallel, COMMA)} {SP} "]" {lit(ACTION_CLOSE)}'
         if lazy:
             return f"{body} {SP}"
         think = g.not_containing(THINK_CLOSE, "think")

@@ -27,11 +27,14 @@ class DeepSeekR1Format(ToolFormat):
         yield from blocks_in_content(ctx, ds.OPENERS, lambda opener: ds.block(ctx, opener))
 
     def call_rule(self, name: str, args: str) -> str:
-        return (f'{lit(ds.CALL_BEGIN[0] + "function" + ds.SEP[0] + name + chr(10) + "```json" + chr(10))} '
-                f'{args} {SP} {lit("```" + ds.CALL_END[0])}')
+        return (
+            f"{lit(ds.CALL_BEGIN[0] + 'function' + ds.SEP[0] + name + chr(10) + '```json' + chr(10))} "
+            f"{args} {SP} {lit('```' + ds.CALL_END[0])}"
+        )
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         calls_ = [g.add(f"call-{i}", self.call_rule(n, a)) for i, (n, a) in enumerate(rules)]
         calls = repeat_calls(g.add("call", alt(calls_)), parallel, SP)
         begin, end = lit(ds.CALLS_BEGIN[0]), lit(ds.CALLS_END[0])

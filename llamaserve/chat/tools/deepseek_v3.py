@@ -8,8 +8,8 @@ See ``_deepseek`` (the R1 shape is accepted too).
 from __future__ import annotations
 
 from . import _deepseek as ds
-from .deepseek_r1 import DeepSeekR1Format
 from ._grammar import lit
+from .deepseek_r1 import DeepSeekR1Format
 
 
 class DeepSeekV3Format(DeepSeekR1Format):

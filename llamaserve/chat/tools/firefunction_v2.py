@@ -24,8 +24,9 @@ class FirefunctionV2Format(ToolFormat):
 
         yield from blocks_in_content(ctx, (OPEN + "[",), block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         obj = g.add("call-obj", alt([g.add(f"obj-{i}", json_call_body(n, a)) for i, (n, a) in enumerate(rules)]))
         body = f'"functools[" {SP} {repeat_calls(obj, parallel, COMMA)} {SP} "]"'
-        return f"{body} {SP}" if lazy else f"{SP} \" \"? {body} {SP}"
+        return f"{body} {SP}" if lazy else f'{SP} " "? {body} {SP}'

@@ -54,9 +54,12 @@ class FunctionaryV31Format(ToolFormat):
 
         yield from blocks_in_content(ctx, ("<function=", PYTHON_TAG), block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
-        calls_ = [g.add(f"call-{i}", f'{lit("<function=" + n + ">")} {a} {SP} "</function>"')
-                  for i, (n, a) in enumerate(rules)]
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
+        calls_ = [
+            g.add(f"call-{i}", f'{lit("<function=" + n + ">")} {a} {SP} "</function>"')
+            for i, (n, a) in enumerate(rules)
+        ]
         calls = repeat_calls(g.add("call", alt(calls_)), parallel, SP)
         return f"{calls} {SP}" if lazy else f"{SP} {calls} {SP}"

@@ -85,9 +85,10 @@ class FunctionaryV32Format(ToolFormat):
         names = "|".join(regex_escape(n) for n, _ in rules)
         return (f"^((?:{names})\\n)", f">>>(?:{names})\\n")
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
-        calls_ = [g.add(f"call-{i}", f'{lit(n + chr(10))} {a}') for i, (n, a) in enumerate(rules)]
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
+        calls_ = [g.add(f"call-{i}", f"{lit(n + chr(10))} {a}") for i, (n, a) in enumerate(rules)]
         call = g.add("call", alt(calls_))
         calls = repeat_calls(call, parallel, f'{SP} ">>>"')
         return f'">>>"? {calls} {SP}'

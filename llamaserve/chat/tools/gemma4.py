@@ -27,7 +27,7 @@ def gemma_to_json(text: str) -> Any:
             j = text.find(QUOTE, i + len(QUOTE))
             if j < 0:
                 raise ValueError("unterminated string")
-            out.append(json.dumps(text[i + len(QUOTE):j], ensure_ascii=False))
+            out.append(json.dumps(text[i + len(QUOTE) : j], ensure_ascii=False))
             i = j + len(QUOTE)
             continue
         c = text[i]
@@ -87,15 +87,20 @@ class Gemma4Format(ToolFormat):
 
         yield from blocks_in_content(ctx, (OPEN,), block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         # Loose: any well-formed Gemma-notation object (the schema is not applied).
-        g.add("gm-str", f'{lit(QUOTE)} {g.not_containing(QUOTE, "gm")} {lit(QUOTE)}')
+        g.add("gm-str", f"{lit(QUOTE)} {g.not_containing(QUOTE, 'gm')} {lit(QUOTE)}")
         g.add("gm-key", "[a-zA-Z_] [a-zA-Z0-9_]{0,63}")
-        g.add("gm-val", 'gm-str | "-"? [0-9]{1,16} ("." [0-9]{1,16})? | "true" | "false" | "null" | '
-                        '"[" (gm-val ("," gm-val)*)? "]" | gm-obj')
+        g.add(
+            "gm-val",
+            'gm-str | "-"? [0-9]{1,16} ("." [0-9]{1,16})? | "true" | "false" | "null" | '
+            '"[" (gm-val ("," gm-val)*)? "]" | gm-obj',
+        )
         g.add("gm-obj", '"{" (gm-key ":" gm-val ("," gm-key ":" gm-val)*)? "}"')
-        calls_ = [g.add(f"call-{i}", f'{lit(OPEN + "call:" + n)} gm-obj {lit(CLOSE)}')
-                  for i, (n, _) in enumerate(rules)]
+        calls_ = [
+            g.add(f"call-{i}", f"{lit(OPEN + 'call:' + n)} gm-obj {lit(CLOSE)}") for i, (n, _) in enumerate(rules)
+        ]
         calls = repeat_calls(g.add("call", alt(calls_)), parallel)
         return f"{calls} {SP}" if lazy else f"{SP} {calls} {SP}"

@@ -35,10 +35,10 @@ from ._base import (
     try_block,
     wait,
 )
-from ._toolinfo import tool_function, tool_name, tool_parameters
-from ._jsonscan import _STR_STOP
 from ._format import ToolChoiceError, ToolFormat, ToolRule, normalize_tool_choice
 from ._grammar import COMMA, SP, SP_RULE, GrammarBuilder, alt, json_call_body, repeat_calls
+from ._jsonscan import _STR_STOP
+from ._toolinfo import tool_function, tool_name, tool_parameters
 
 
 def _stream_string(ctx: Ctx) -> Gen:
@@ -49,7 +49,7 @@ def _stream_string(ctx: Ctx) -> Gen:
         m = _STR_STOP.search(ctx.buf, ctx.pos)
         end = m.start() if m else len(ctx.buf)
         if end > ctx.pos:
-            yield ContentDelta(ctx.buf[ctx.pos:end])
+            yield ContentDelta(ctx.buf[ctx.pos : end])
             ctx.pos = end
         if m is None:
             if ctx.final:
@@ -71,11 +71,11 @@ def _stream_string(ctx: Ctx) -> Gen:
             n = 6
             if not (yield from wait(ctx, 6)):
                 return False
-            if ctx.buf[ctx.pos + 2:ctx.pos + 4].lower() in ("d8", "d9", "da", "db"):
-                if (yield from wait(ctx, 12)) and ctx.buf[ctx.pos + 6:ctx.pos + 8] == "\\u":
-                    n = 12
+            high_surrogate = ctx.buf[ctx.pos + 2 : ctx.pos + 4].lower() in ("d8", "d9", "da", "db")
+            if high_surrogate and (yield from wait(ctx, 12)) and ctx.buf[ctx.pos + 6 : ctx.pos + 8] == "\\u":
+                n = 12
         try:
-            text = json.loads('"' + ctx.buf[ctx.pos:ctx.pos + n] + '"')
+            text = json.loads('"' + ctx.buf[ctx.pos : ctx.pos + n] + '"')
         except ValueError:
             return False
         ctx.pos += n
@@ -136,8 +136,9 @@ class GenericFormat(ToolFormat):
             yield from skip_ws(ctx)
         yield from rest_as(ctx)
 
-    def system_prompt(self, tools: Sequence[Mapping[str, Any]] | None, tool_choice: Any = "auto",
-                      parallel: bool = True) -> str | None:
+    def system_prompt(
+        self, tools: Sequence[Mapping[str, Any]] | None, tool_choice: Any = "auto", parallel: bool = True
+    ) -> str | None:
         """The instructions llama-server adds for this format (the template knows no tools)."""
         mode, wanted = normalize_tool_choice(tool_choice)
         tools = [t for t in (tools or []) if isinstance(t, Mapping) and tool_name(t)]
@@ -146,20 +147,30 @@ class GenericFormat(ToolFormat):
         if mode == "named":
             tools = [t for t in tools if tool_name(t) == wanted]
         described = [
-            {"name": tool_name(t), "description": tool_function(t).get("description", ""),
-             "parameters": tool_parameters(t)}
+            {
+                "name": tool_name(t),
+                "description": tool_function(t).get("description", ""),
+                "parameters": tool_parameters(t),
+            }
             for t in tools
         ]
-        key = ('"tool_calls": [{"name": ..., "arguments": {...}}, ...]' if parallel else
-               '"tool_calls": [{"name": ..., "arguments": {...}}] (one call)')
+        key = (
+            '"tool_calls": [{"name": ..., "arguments": {...}}, ...]'
+            if parallel
+            else '"tool_calls": [{"name": ..., "arguments": {...}}] (one call)'
+        )
         how = f"a JSON object {{{key}}} to call tools"
         if mode == "auto":
             how += ', or {"response": "..."} to reply to the user directly'
-        return ("You can call these tools:\n" + json.dumps(described, ensure_ascii=False, indent=2)
-                + f"\n\nRespond with {how}.")
+        return (
+            "You can call these tools:\n"
+            + json.dumps(described, ensure_ascii=False, indent=2)
+            + f"\n\nRespond with {how}."
+        )
 
-    def grammar(self, tools: Sequence[Mapping[str, Any]] | None, tool_choice: Any = "auto",
-                parallel: bool = True, **_: Any) -> GrammarSpec | None:
+    def grammar(
+        self, tools: Sequence[Mapping[str, Any]] | None, tool_choice: Any = "auto", parallel: bool = True, **_: Any
+    ) -> GrammarSpec | None:
         """Non-lazy in every mode (the whole reply is the JSON object)."""
         mode, wanted = normalize_tool_choice(tool_choice)
         tools = [t for t in (tools or []) if isinstance(t, Mapping) and tool_name(t)]
@@ -173,8 +184,9 @@ class GenericFormat(ToolFormat):
                 raise ToolChoiceError(f"tool_choice names {wanted!r}, which is not among the tools")
         g = GrammarBuilder()
         g.add(SP, SP_RULE)
-        rules: list[ToolRule] = [(tool_name(t), g.schema(tool_parameters(t), f"t{i}", tool=tool_name(t)))
-                                 for i, t in enumerate(tools)]
+        rules: list[ToolRule] = [
+            (tool_name(t), g.schema(tool_parameters(t), f"t{i}", tool=tool_name(t))) for i, t in enumerate(tools)
+        ]
         obj = g.add("call-obj", alt([g.add(f"obj-{i}", json_call_body(n, a)) for i, (n, a) in enumerate(rules)]))
         calls = f'"\\"tool_calls\\"" {SP} ":" {SP} "[" {SP} {repeat_calls(obj, parallel, COMMA)} {SP} "]"'
         if mode == "auto":
@@ -182,6 +194,7 @@ class GenericFormat(ToolFormat):
             calls = f'({calls} | "\\"response\\"" {SP} ":" {SP} {s})'
         return GrammarSpec(g.text(f'{SP} "{{" {SP} {calls} {SP} "}}" {SP}'))
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         raise NotImplementedError  # grammar() is overridden

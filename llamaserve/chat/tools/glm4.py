@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._base import Ctx, Gen, blocks_in_content, emit_call, literal, one_of, read_until, skip_ws
-from ._toolinfo import dump_args, typed_value
 from ._format import ToolFormat, ToolRule
 from ._grammar import SP, GrammarBuilder, alt, lit, regex_escape, repeat_calls, xml_params, xml_params_body
+from ._toolinfo import dump_args, typed_value
 
 _NAME_BAD = re.compile(r"[<>]")
 
@@ -39,10 +39,17 @@ class Glm4Tags:
     section_close: str = ""
 
 
-HY3_TAGS = Glm4Tags("<tool_call:opensource>", "</tool_call:opensource>",
-                    "<arg_key:opensource>", "</arg_key:opensource>",
-                    "<arg_value:opensource>", "</arg_value:opensource>",
-                    "<tool_sep:opensource>", "<tool_calls:opensource>", "</tool_calls:opensource>")
+HY3_TAGS = Glm4Tags(
+    "<tool_call:opensource>",
+    "</tool_call:opensource>",
+    "<arg_key:opensource>",
+    "</arg_key:opensource>",
+    "<arg_value:opensource>",
+    "</arg_value:opensource>",
+    "<tool_sep:opensource>",
+    "<tool_calls:opensource>",
+    "</tool_calls:opensource>",
+)
 
 
 class Glm4Format(ToolFormat):
@@ -109,22 +116,26 @@ class Glm4Format(ToolFormat):
         openers = (t.section_open, t.call_open) if t.section_open else (t.call_open,)
         yield from blocks_in_content(ctx, openers, block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         t = self.tags
         text = g.not_containing(t.value_close, "gv")
 
         def one(key: str, value: str | None) -> str:
-            return (f"{lit(t.key_open)} {key} {lit(t.key_close)} {SP} {lit(t.value_open)} "
-                    f"{text if value is None else value} {lit(t.value_close)} {SP}")
+            return (
+                f"{lit(t.key_open)} {key} {lit(t.key_close)} {SP} {lit(t.value_open)} "
+                f"{text if value is None else value} {lit(t.value_close)} {SP}"
+            )
 
         calls_ = []
         for i, tool in enumerate(tools):
             params, extra = xml_params(g, tool.get("function", tool).get("parameters"), f"f{i}")
             body = xml_params_body(g, params, extra, f"f{i}", one)
             sep = lit(t.name_sep) if t.name_sep else ""
-            calls_.append(g.add(f"call-{i}", f"{lit(t.call_open)} {lit(rules[i][0])} {sep} {SP} "
-                                               f"{body} {lit(t.call_close)}"))
+            calls_.append(
+                g.add(f"call-{i}", f"{lit(t.call_open)} {lit(rules[i][0])} {sep} {SP} {body} {lit(t.call_close)}")
+            )
         call = g.add("call", alt(calls_))
         calls = repeat_calls(call, parallel, SP)
         if t.section_open:

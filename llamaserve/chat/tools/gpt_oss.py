@@ -43,7 +43,7 @@ _NEWLINE = re.compile(r"\n")
 def _header(text: str) -> tuple[str, str] | None:
     """(channel, recipient) of a message header, or None if it is not one."""
     if text.startswith(START):
-        text = text[len(START):]
+        text = text[len(START) :]
     if CHANNEL not in text:
         return None
     role, _, rest = text.partition(CHANNEL)
@@ -92,9 +92,9 @@ class GptOssFormat(ToolFormat):
                 return
             channel, recipient = hdr
             if recipient.startswith("functions.") and ctx.tools_ok:
-                name = recipient[len("functions."):]
+                name = recipient[len("functions.") :]
 
-                def call() -> Gen:
+                def call(name: str = name) -> Gen:
                     if not ctx.info.accepts(name):
                         return False
                     yield from skip_ws(ctx)
@@ -119,19 +119,16 @@ class GptOssFormat(ToolFormat):
                 ctx.pos += len(m)
             ctx.after_block = True
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         fmt = '(" <|constrain|>json" | " json")?'
         g.add("call-tail", f'{fmt} ("<|channel|>commentary" {fmt})? "<|message|>"')
-        calls_ = [g.add(f"call-{i}", f'{lit(" to=functions." + n)} call-tail {a}')
-                  for i, (n, a) in enumerate(rules)]
+        calls_ = [g.add(f"call-{i}", f"{lit(' to=functions.' + n)} call-tail {a}") for i, (n, a) in enumerate(rules)]
         call = g.add("call", f'"<|channel|>commentary"? {alt(calls_)} "<|call|>"?')
         more = f'{SP} "<|start|>assistant" call'
         calls = f"{call} ({more})*" if parallel else call
         if lazy:
             return f"{calls} {SP}"
         analysis = g.not_containing("<|end|>", "an")
-        return (f'("<|channel|>analysis<|message|>" {analysis} "<|end|>" "<|start|>assistant")? '
-                f'{calls} {SP}')
-
-
+        return f'("<|channel|>analysis<|message|>" {analysis} "<|end|>" "<|start|>assistant")? {calls} {SP}'

@@ -44,10 +44,9 @@ class GraniteFormat(ToolFormat):
 
             yield from try_block(ctx, block(), on_fail_content=OPEN)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         obj = g.add("call-obj", alt([g.add(f"obj-{i}", json_call_body(n, a)) for i, (n, a) in enumerate(rules)]))
         body = f'{lit(OPEN)} "[" {SP} {repeat_calls(obj, parallel, COMMA)} {SP} "]"'
         return f"{body} {SP}" if lazy else f"{SP} {body} {SP}"
-
-

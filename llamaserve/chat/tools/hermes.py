@@ -83,9 +83,9 @@ class HermesFormat(ToolFormat):
         self.bare_json = bare_json
 
     def run(self, ctx: Ctx) -> Gen:
-        if ctx.tools_ok and self.bare_json:
-            if (yield from try_block(ctx, bare_json_call(ctx))):
-                return
+        if ctx.tools_ok and self.bare_json and (yield from try_block(ctx, bare_json_call(ctx))):
+            return
+
         def block(opener: str) -> Gen:
             yield from literal(ctx, opener)
             if not (yield from json_call_object(ctx)):
@@ -96,16 +96,16 @@ class HermesFormat(ToolFormat):
 
         yield from blocks_in_content(ctx, (OPEN,), block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         objs = []
         for i, (name, args) in enumerate(rules):
             objs.append(g.add(f"obj-{i}", json_call_body(name, args)))
         obj = g.add("call-obj", alt(objs))
-        call = g.add("call", f'{lit(OPEN)} {SP} call-obj {SP} {lit(CLOSE)}')
+        call = g.add("call", f"{lit(OPEN)} {SP} call-obj {SP} {lit(CLOSE)}")
         calls = repeat_calls(call, parallel, SP)
         if lazy:
             # a trigger matched either the tag or the start of a bare JSON call
             return f"({calls} | {obj}) {SP}"
         return f"{SP} {calls} {SP}"
-

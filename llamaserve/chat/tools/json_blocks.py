@@ -95,11 +95,14 @@ class JsonBlockFormat(ToolFormat):
 
         yield from blocks_in_content(ctx, self.openers, block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         if self.shape == NAMED:
-            objs = [g.add(f"obj-{i}", f'"{{" {SP} {json_str_lit(n)} {SP} ":" {SP} {a} {SP} "}}"')
-                    for i, (n, a) in enumerate(rules)]
+            objs = [
+                g.add(f"obj-{i}", f'"{{" {SP} {json_str_lit(n)} {SP} ":" {SP} {a} {SP} "}}"')
+                for i, (n, a) in enumerate(rules)
+            ]
         else:
             objs = [g.add(f"obj-{i}", json_call_body(n, a)) for i, (n, a) in enumerate(rules)]
         obj = g.add("call-obj", alt(objs))
@@ -117,7 +120,10 @@ class JsonBlockFormat(ToolFormat):
 APRIEL = JsonBlockFormat("apriel", ("<tool_calls>",), "</tool_calls>", ARRAY)
 NEMOTRON_V2 = JsonBlockFormat("nemotron_v2", ("<TOOLCALL>",), "</TOOLCALL>", ARRAY)
 MINIMAX_M1 = JsonBlockFormat("minimax_m1", ("<tool_calls>",), "</tool_calls>", LINES)
-GIGACHAT = JsonBlockFormat("gigachat", ("<|function_call|>", "<|message_sep|>\n\nfunction call<|role_sep|>",
-                                       "function call<|role_sep|>"), "", SINGLE)
+GIGACHAT = JsonBlockFormat(
+    "gigachat",
+    ("<|function_call|>", "<|message_sep|>\n\nfunction call<|role_sep|>", "function call<|role_sep|>"),
+    "",
+    SINGLE,
+)
 APERTUS = JsonBlockFormat("apertus", ("<|tools_prefix|>",), "<|tools_suffix|>", NAMED)
-

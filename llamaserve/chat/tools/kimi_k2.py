@@ -31,10 +31,10 @@ def _call(ctx: Ctx) -> Gen:
     if got is None or got[1] is None:
         return False
     call_id = got[0].strip()
-    name = call_id[len("functions."):] if call_id.startswith("functions.") else call_id
+    name = call_id[len("functions.") :] if call_id.startswith("functions.") else call_id
     m = _SUFFIX.search(name)
     if m:
-        name = name[:m.start()]
+        name = name[: m.start()]
     if not ctx.info.accepts(name):
         return False
     yield from skip_ws(ctx)
@@ -69,12 +69,16 @@ class KimiK2Format(ToolFormat):
 
         yield from blocks_in_content(ctx, (SECTION_BEGIN, CALL_BEGIN), block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         g.add("call-idx", "[0-9]{1,4}")
-        calls_ = [g.add(f"call-{i}", f'{lit(CALL_BEGIN + "functions." + n + ":")} call-idx '
-                                      f'{lit(ARG_BEGIN)} {a} {lit(CALL_END)}')
-                  for i, (n, a) in enumerate(rules)]
+        calls_ = [
+            g.add(
+                f"call-{i}", f"{lit(CALL_BEGIN + 'functions.' + n + ':')} call-idx {lit(ARG_BEGIN)} {a} {lit(CALL_END)}"
+            )
+            for i, (n, a) in enumerate(rules)
+        ]
         calls = repeat_calls(g.add("call", alt(calls_)), parallel, SP)
         if lazy:
             return f"({lit(SECTION_BEGIN)} {SP})? {calls} ({SP} {lit(SECTION_END)})? {SP}"

@@ -82,16 +82,20 @@ class Lfm2Format(ToolFormat):
 
         yield from blocks_in_content(ctx, (OPEN,), block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         # Python keyword arguments: JSON values are valid Python literals except true/false/null,
         # so the values are constrained loosely here (any text without the closing marker).
         g.add("py-key", "[a-zA-Z_] [a-zA-Z0-9_]{0,63}")
         g.add("py-str", r'''"'" ([^'\\\n] | "\\" [^\n])* "'" | "\"" ([^"\\\n] | "\\" [^\n])* "\""''')
-        g.add("py-atom", "py-str | [-+0-9.eE]{1,32} | \"True\" | \"False\" | \"None\" | "
-                         "\"[\" (py-atom (\", \" py-atom)*)? \"]\" | "
-                         "\"{\" (py-str \": \" py-atom (\", \" py-atom)*)? \"}\"")
-        g.add("py-kwargs", "(py-key \"=\" py-atom (\", \" py-key \"=\" py-atom)*)?")
+        g.add(
+            "py-atom",
+            'py-str | [-+0-9.eE]{1,32} | "True" | "False" | "None" | '
+            '"[" (py-atom (", " py-atom)*)? "]" | '
+            '"{" (py-str ": " py-atom (", " py-atom)*)? "}"',
+        )
+        g.add("py-kwargs", '(py-key "=" py-atom (", " py-key "=" py-atom)*)?')
         calls_ = [g.add(f"call-{i}", f'{lit(n + "(")} py-kwargs ")"') for i, (n, _) in enumerate(rules)]
         inner = repeat_calls(g.add("call", alt(calls_)), parallel, COMMA)
         body = f'{lit(OPEN)} "[" {inner} "]" {lit(CLOSE)}'

@@ -40,8 +40,7 @@ def _type_ok(key: str, value: Any) -> bool:
 
 
 def _call(ctx: Ctx) -> Gen:
-    return json_call_object(ctx, args_keys=("parameters", "arguments"), extra_check=_type_ok,
-                            allow_missing_args=False)
+    return json_call_object(ctx, args_keys=("parameters", "arguments"), extra_check=_type_ok, allow_missing_args=False)
 
 
 def _builtin_call(text: str) -> tuple[str, dict[str, Any]] | None:
@@ -50,8 +49,13 @@ def _builtin_call(text: str) -> tuple[str, dict[str, Any]] | None:
         node = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "call" and isinstance(node.func.value, ast.Name) and not node.args):
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "call"
+        and isinstance(node.func.value, ast.Name)
+        and not node.args
+    ):
         return None
     args: dict[str, Any] = {}
     for kw in node.keywords:
@@ -74,6 +78,7 @@ class Llama3Format(ToolFormat):
 
     def run(self, ctx: Ctx) -> Gen:
         if ctx.tools_ok:
+
             def first() -> Gen:
                 yield from skip_ws(ctx)
                 if not (yield from wait(ctx)) or ctx.buf[ctx.pos] != "{":
@@ -118,8 +123,9 @@ class Llama3Format(ToolFormat):
 
         yield from blocks_in_content(ctx, (PYTHON_TAG,), python_block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         typ = f'("\\"type\\"" {SP} ":" {SP} "\\"function\\"" {SP} "," {SP})?'
         objs = []
         for i, (n, a) in enumerate(rules):

@@ -63,12 +63,15 @@ class MistralFormat(ToolFormat):
 
         yield from blocks_in_content(ctx, (OPEN,), block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         if self.json_array:
             g.add("call-id", '"\\"" [a-zA-Z0-9]{9} "\\""')
-            objs = [g.add(f"obj-{i}", json_call_body(n, a, extra=f'{SP} "," {SP} "\\"id\\"" {SP} ":" {SP} call-id'))
-                    for i, (n, a) in enumerate(rules)]
+            objs = [
+                g.add(f"obj-{i}", json_call_body(n, a, extra=f'{SP} "," {SP} "\\"id\\"" {SP} ":" {SP} call-id'))
+                for i, (n, a) in enumerate(rules)
+            ]
             obj = g.add("call-obj", alt(objs))
             inner = repeat_calls(obj, parallel, f'{SP} ","')
             body = f'{lit(OPEN)} "[" {SP} {inner} {SP} "]"'

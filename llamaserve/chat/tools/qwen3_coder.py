@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._base import Ctx, Gen, blocks_in_content, emit_call, literal, one_of, read_until, skip_ws
-from ._toolinfo import dump_args, typed_value
 from ._format import ToolFormat, ToolRule
 from ._grammar import SP, GrammarBuilder, alt, lit, regex_escape, repeat_calls, xml_params, xml_params_body
+from ._toolinfo import dump_args, typed_value
 
 _NAME_BAD = re.compile(r"[\s<>]")
 
@@ -43,8 +43,13 @@ def _strip_nl(v: str) -> str:
 class Qwen3CoderFormat(ToolFormat):
     name = "qwen3_coder"
 
-    def __init__(self, name: str = "qwen3_coder", open_tag: str = "<tool_call>",
-                 close_tag: str = "</tool_call>", newlines: bool = True) -> None:
+    def __init__(
+        self,
+        name: str = "qwen3_coder",
+        open_tag: str = "<tool_call>",
+        close_tag: str = "</tool_call>",
+        newlines: bool = True,
+    ) -> None:
         self.name = name
         self.open_tag = open_tag
         self.close_tag = close_tag
@@ -87,8 +92,9 @@ class Qwen3CoderFormat(ToolFormat):
 
         yield from blocks_in_content(ctx, (self.open_tag, "<function="), block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         nl = lit("\n") if self.newlines else '""'
         close_p = g.not_containing("</parameter>", "xv")
 

@@ -58,10 +58,13 @@ class SolarOpenFormat(ToolFormat):
 
         yield from blocks_in_content(ctx, (SECTION, BEGIN), block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         g.add("call-id", "[a-zA-Z0-9]{9}")
-        calls_ = [g.add(f"call-{i}", f"{lit(BEGIN)} call-id {lit(NAME + n + ARGS)} {a} {lit(END)}")
-                  for i, (n, a) in enumerate(rules)]
+        calls_ = [
+            g.add(f"call-{i}", f"{lit(BEGIN)} call-id {lit(NAME + n + ARGS)} {a} {lit(END)}")
+            for i, (n, a) in enumerate(rules)
+        ]
         calls = repeat_calls(g.add("call", alt(calls_)), parallel, SP)
         return f"({lit(SECTION)})? {calls} {SP}" if lazy else f"{SP} {lit(SECTION)} {calls} {SP}"

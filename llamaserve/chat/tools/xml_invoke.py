@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._base import Ctx, Gen, blocks_in_content, emit_call, literal, one_of, read_until, skip_ws
-from ._toolinfo import dump_args, typed_value
 from ._format import ToolFormat, ToolRule
 from ._grammar import SP, GrammarBuilder, alt, lit, regex_escape, repeat_calls, xml_params, xml_params_body
+from ._toolinfo import dump_args, typed_value
 
 _NAME_BAD = re.compile(r'[\s<>"]')
 
@@ -40,12 +40,27 @@ class InvokeTags:
     string_attr: bool = False  # parameters carry string="true|false"
 
 
-MINIMAX_M2 = InvokeTags("<minimax:tool_call>", "</minimax:tool_call>", '<invoke name="', "</invoke>",
-                        '<parameter name="', "</parameter>")
-DSML_V32 = InvokeTags("<｜DSML｜function_calls>", "</｜DSML｜function_calls>", '<｜DSML｜invoke name="',
-                      "</｜DSML｜invoke>", '<｜DSML｜parameter name="', "</｜DSML｜parameter>", True)
-DSML_V4 = InvokeTags("<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", '<｜DSML｜invoke name="',
-                     "</｜DSML｜invoke>", '<｜DSML｜parameter name="', "</｜DSML｜parameter>", True)
+MINIMAX_M2 = InvokeTags(
+    "<minimax:tool_call>", "</minimax:tool_call>", '<invoke name="', "</invoke>", '<parameter name="', "</parameter>"
+)
+DSML_V32 = InvokeTags(
+    "<｜DSML｜function_calls>",
+    "</｜DSML｜function_calls>",
+    '<｜DSML｜invoke name="',
+    "</｜DSML｜invoke>",
+    '<｜DSML｜parameter name="',
+    "</｜DSML｜parameter>",
+    True,
+)
+DSML_V4 = InvokeTags(
+    "<｜DSML｜tool_calls>",
+    "</｜DSML｜tool_calls>",
+    '<｜DSML｜invoke name="',
+    "</｜DSML｜invoke>",
+    '<｜DSML｜parameter name="',
+    "</｜DSML｜parameter>",
+    True,
+)
 MINICPM5 = InvokeTags("", "", '<function name="', "</function>", '<param name="', "</param>")
 
 
@@ -114,8 +129,9 @@ class XmlInvokeFormat(ToolFormat):
 
         yield from blocks_in_content(ctx, (t.section_open or t.invoke,), block)
 
-    def build_grammar(self, g: GrammarBuilder, tools: list[Mapping[str, Any]],
-                      rules: list[ToolRule], *, parallel: bool, lazy: bool) -> str:
+    def build_grammar(
+        self, g: GrammarBuilder, tools: list[Mapping[str, Any]], rules: list[ToolRule], *, parallel: bool, lazy: bool
+    ) -> str:
         t = self.tags
         text = g.not_containing(t.param_close, "iv")
 
@@ -123,15 +139,15 @@ class XmlInvokeFormat(ToolFormat):
             attr = ""
             if t.string_attr:
                 attr = ' " string=\\"true\\""' if value is None else ' " string=\\"false\\""'
-            return (f'{lit(t.param)} {key} "\\""{attr} ">" {text if value is None else value} '
-                    f'{lit(t.param_close)} {SP}')
+            return f'{lit(t.param)} {key} "\\""{attr} ">" {text if value is None else value} {lit(t.param_close)} {SP}'
 
         calls_ = []
         for i, tool in enumerate(tools):
             params, extra = xml_params(g, tool.get("function", tool).get("parameters"), f"f{i}")
             body = xml_params_body(g, params, extra, f"f{i}", one)
-            calls_.append(g.add(f"call-{i}", f'{lit(t.invoke + rules[i][0] + chr(34) + ">")} {SP} {body} '
-                                               f'{lit(t.invoke_close)}'))
+            calls_.append(
+                g.add(f"call-{i}", f"{lit(t.invoke + rules[i][0] + chr(34) + '>')} {SP} {body} {lit(t.invoke_close)}")
+            )
         calls = repeat_calls(g.add("call", alt(calls_)), parallel, SP)
         if t.section_open:
             calls = f"{lit(t.section_open)} {SP} {calls} {SP} {lit(t.section_close)}"
