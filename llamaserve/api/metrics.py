@@ -15,9 +15,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from llamaserve.engine.stats import SchedulerStats
 from llamaserve.serving.latency import REGISTRY as LATENCY_REGISTRY
-from llamaserve.serving.runtime import ServerState
+from llamaserve.serving.state import ServerState
 
 
 def _metric(name: str, doc: str, kind: str, value: float) -> Metric:
@@ -46,8 +45,7 @@ class LlamaCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         rt = self.state.runtime
-        asleep = self.state.asleep  # --sleep-idle-seconds: the counters the model had
-        s = rt.scheduler.stats if rt is not None else asleep.stats if asleep is not None else SchedulerStats()
+        s = self.state.scheduler_stats()  # while asleep (--sleep-idle-seconds): the counters the model had
         w = self.window
         d_prompt = s.prompt_tokens_total - w.prompt_tokens
         d_prompt_s = s.prompt_seconds_total - w.prompt_seconds

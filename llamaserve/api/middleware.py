@@ -38,7 +38,7 @@ IDLE_EXEMPT_PATHS = PUBLIC_PATHS | {"/props", "/models", "/v1/models", "/metrics
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
-            return value.decode("latin-1")
+            return str(value.decode("latin-1"))
     return None
 
 

@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 from typing import ClassVar, TextIO
 
@@ -24,15 +25,22 @@ from llamaserve.api.app import create_app
 from llamaserve.api.shutdown import DrainMiddleware
 from llamaserve.api.timeouts import TimeoutMiddleware, read_timeout_protocol
 from llamaserve.config import ServerConfig
-from llamaserve.llama.logs import route_llama_logs
-from llamaserve.llama.progress import set_load_progress
-from llamaserve.serving.runtime import ServerState, load_runtime
+from llamaserve.serving.state import ServerState
 
 log = logging.getLogger("llamaserve")
 
 GRACEFUL_SHUTDOWN_S = 5  # after SIGTERM/SIGINT, in-flight requests get this long before they are cancelled
 _UVICORN_BACKSTOP_S = 5  # uvicorn cancels whatever still runs this long after the drain
 _LOADER_JOIN_S = 30  # a load stopped by shutdown returns at its next progress report
+
+
+@dataclass(frozen=True)
+class NativeHooks:
+    """What the process wiring needs from the inference library, handed in by llamaserve/compose.py."""
+
+    route_logs: Callable[[bool], None]  # send the library's own log into Python logging (verbose or not)
+    # Report loading progress (0..1) to a callback; the callback returning False aborts the load.
+    set_load_progress: Callable[[Callable[[float], bool] | None], None]
 
 
 _LEVELS = {0: logging.CRITICAL, 1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO}
@@ -51,7 +59,7 @@ class _ColorFormatter(logging.Formatter):
         return f"{color}{text}\033[0m" if color else text
 
 
-def setup_logging(config: ServerConfig) -> None:
+def setup_logging(config: ServerConfig, route_native_logs: Callable[[bool], None]) -> None:
     """-lv/-v pick the level; --log-file, --log-timestamps, --log-colors, --log-disable shape it."""
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -59,7 +67,7 @@ def setup_logging(config: ServerConfig) -> None:
     if config.log_disable:
         root.addHandler(logging.NullHandler())
         root.setLevel(logging.CRITICAL + 1)
-        route_llama_logs(verbose=False)
+        route_native_logs(False)
         return
     level = _LEVELS.get(config.log_verbosity, logging.DEBUG)
     fmt = ("%(asctime)s " if config.log_timestamps else "") + "%(levelname).1s %(name)s: %(message)s"
@@ -72,7 +80,7 @@ def setup_logging(config: ServerConfig) -> None:
         file_handler.setFormatter(logging.Formatter(fmt))
         root.addHandler(file_handler)
     root.setLevel(level)
-    route_llama_logs(verbose=config.log_verbosity > 3)
+    route_native_logs(config.log_verbosity > 3)
 
 
 def terminal_load_bar(stream: TextIO) -> Callable[[float], None]:
@@ -92,9 +100,10 @@ def terminal_load_bar(stream: TextIO) -> Callable[[float], None]:
     return draw
 
 
-def serve(config: ServerConfig) -> int:
-    setup_logging(config)
-    state = ServerState(config)
+def serve(state: ServerState, hooks: NativeHooks) -> int:
+    """Serve until SIGTERM/SIGINT while `state.loader` loads the model in the background; the exit code."""
+    config = state.config
+    setup_logging(config, hooks.route_logs)
     # Outermost: a stalled body read or response write is bounded before anything else sees it,
     # including the closing message a shutdown drain sends.
     drain = DrainMiddleware(create_app(state))
@@ -121,12 +130,12 @@ def serve(config: ServerConfig) -> int:
             draw(progress)
         return not server.should_exit  # False aborts a load that a shutdown made pointless
 
-    set_load_progress(report)
+    hooks.set_load_progress(report)
 
     def load() -> None:
         nonlocal exit_code
         try:
-            state.runtime = load_runtime(config)
+            state.runtime = state.loader(config)
             log.info("server listening on http://%s:%d", config.host, config.port)
         except Exception as exc:  # reported and turned into exit code 1
             if server.should_exit:

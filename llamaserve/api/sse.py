@@ -1,11 +1,10 @@
-"""Server-sent events framing and the disconnect watch shared by all routes."""
+"""Sending server-sent events, and the disconnect watch shared by all routes (framing: llamaserve/sse.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -13,21 +12,6 @@ from starlette.responses import StreamingResponse
 T = TypeVar("T")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-
-
-def data_event(obj: Any) -> bytes:
-    return f"data: {dumps(obj)}\n\n".encode()
-
-
-def named_event(name: str, obj: Any) -> bytes:
-    return f"event: {name}\ndata: {dumps(obj)}\n\n".encode()
-
-
-DONE = b"data: [DONE]\n\n"
 
 
 def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:

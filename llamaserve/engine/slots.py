@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 
 from llamaserve.engine.runner import Sampler
 from llamaserve.engine.textstream import TextStream
-from llamaserve.engine.types import EventSink, GenerationRequest
-from llamaserve.llama.logprobs import TokenLogprob
+from llamaserve.engine.types import EventSink, GenerationRequest, TokenLogprob
 
 
 class SlotState(enum.Enum):

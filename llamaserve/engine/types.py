@@ -5,10 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llamaserve.llama.logprobs import TokenLogprob
-from llamaserve.llama.sampler import SamplerConfig
+from llamaserve.engine.sampling import SamplingParams
 
-SamplingParams = SamplerConfig
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A token's log-probability and the k most likely tokens at its position."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token, logprob), most likely first
 
 
 @dataclass

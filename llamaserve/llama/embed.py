@@ -12,25 +12,8 @@ import ctypes
 import llama_cpp.llama_cpp as C
 import numpy as np
 
+from llamaserve.engine.backend import EmbedError
 from llamaserve.llama.context import Context
-
-
-class EmbedError(ValueError):
-    """An input cannot be embedded (too long for one micro-batch, empty, …)."""
-
-
-def normalize(vec: np.ndarray, mode: int) -> np.ndarray:
-    """llama.cpp's embd_normalize: -1 none, 0 max-abs scaled to int16, 1 taxicab, 2 euclidean, >2 p-norm."""
-    if mode < 0:
-        return vec
-    if mode == 0:
-        peak = float(np.max(np.abs(vec))) if vec.size else 0.0
-        return vec * (32760.0 / peak) if peak > 0 else vec
-    if mode == 2:
-        norm = float(np.linalg.norm(vec))
-    else:
-        norm = float(np.sum(np.abs(vec) ** mode) ** (1.0 / mode))
-    return vec / norm if norm > 0 else vec
 
 
 class Embedder:

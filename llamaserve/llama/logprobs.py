@@ -7,28 +7,23 @@ These are the model's distribution before sampling (llama-server's default,
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 
 import llama_cpp.llama_cpp as C
 import numpy as np
+import numpy.typing as npt
+
+from llamaserve.engine.types import TokenLogprob
 
 
-@dataclass(frozen=True)
-class TokenLogprob:
-    token: int
-    logprob: float
-    top: tuple[tuple[int, float], ...] = ()  # (token, logprob), most likely first
-
-
-def _row(ctx: object, index: int, n_vocab: int) -> np.ndarray:
+def _row(ctx: object, index: int, n_vocab: int) -> npt.NDArray[np.float32]:
     ptr = C.llama_get_logits_ith(ctx, index)
-    buf = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float * n_vocab)).contents
-    return np.frombuffer(buf, dtype=np.float32, count=n_vocab)
+    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
+def _log_softmax(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
     shifted = logits.astype(np.float64) - float(np.max(logits))
-    return shifted - np.log(np.sum(np.exp(shifted)))
+    out: npt.NDArray[np.float64] = shifted - np.log(np.sum(np.exp(shifted)))
+    return out
 
 
 def token_logprob(ctx: object, index: int, n_vocab: int, chosen: int, k: int) -> TokenLogprob:

@@ -17,8 +17,7 @@ _state = {"verbose": False, "last": logging.INFO}
 _partial: list[str] = []
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
-def _callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     # Level 5 (CONT) continues the previous line at its level.
     py_level = _state["last"] if level == 5 else _LEVELS.get(level, logging.INFO)
     _state["last"] = py_level
@@ -31,6 +30,10 @@ def _callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     _partial.clear()
     for line in joined.rstrip("\n").splitlines():
         _log.log(py_level, "%s", line)
+
+
+# Module-level, so the C callback outlives every call into llama.cpp.
+_callback = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)(_on_log)
 
 
 def route_llama_logs(verbose: bool) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import llama_cpp.llama_cpp as C
 
@@ -49,7 +50,8 @@ def apply_scales(context: Context, adapters: list[LoraAdapter], scales: tuple[fl
     if not active:
         C.llama_set_adapters_lora(context.handle, None, 0, None)
         return
-    ptrs = (C.llama_adapter_lora_p_ctypes * len(active))(*(a.handle for a, _ in active))
+    handles: list[Any] = [a.handle for a, _ in active]  # untyped ctypes pointers
+    ptrs = (C.llama_adapter_lora_p_ctypes * len(active))(*handles)
     values = (ctypes.c_float * len(active))(*(s for _, s in active))
     if C.llama_set_adapters_lora(context.handle, ptrs, len(active), values) != 0:
         raise LoraError("llama.cpp refused the LoRA adapter set")

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
 
 import llama_cpp
 import llama_cpp.llama_cpp as C
 
+from llamaserve.engine.backend import ModelInfo
+from llamaserve.llama.grammar import check_grammar
 from llamaserve.llama.progress import apply_load_progress
 
 LLAMA_CPP_VERSION: str = llama_cpp.__version__
@@ -32,23 +33,6 @@ def ensure_backend() -> None:
 
 class ModelLoadError(RuntimeError):
     """The GGUF file could not be loaded."""
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """Facts about the model that /props and /v1/models report."""
-
-    path: str
-    description: str
-    ftype: str
-    n_params: int
-    size_bytes: int
-    n_ctx_train: int
-    n_embd: int
-    n_vocab: int
-    vocab_type: int
-    has_encoder: bool
-    has_decoder: bool
 
 
 class Model:
@@ -173,6 +157,10 @@ class Model:
 
     def valid_token(self, token: int) -> bool:
         return 0 <= token < self.n_vocab
+
+    def check_grammar(self, grammar: str, triggers: tuple[str, ...] = ()) -> None:
+        """Parse a grammar with llama.cpp once, so a bad one is a 400 before it reaches a slot."""
+        check_grammar(self.vocab, grammar, triggers)
 
     def close(self) -> None:
         if self.handle:

@@ -17,8 +17,7 @@ LoadReporter = Callable[[float], bool]
 _reporter: list[LoadReporter | None] = [None]
 
 
-@C.llama_progress_callback
-def _callback(progress: float, _user: ctypes.c_void_p) -> bool:
+def _on_progress(progress: float, _user: ctypes.c_void_p) -> bool:
     reporter = _reporter[0]
     if reporter is None:
         return True
@@ -26,6 +25,9 @@ def _callback(progress: float, _user: ctypes.c_void_p) -> bool:
         return bool(reporter(float(progress)))
     except Exception:  # a broken progress display must never fail a load
         return True
+
+
+_callback = C.llama_progress_callback(_on_progress)  # module-level: outlives every load
 
 
 def set_load_progress(reporter: LoadReporter | None) -> None:

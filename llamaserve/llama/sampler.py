@@ -8,109 +8,19 @@ in ``_STAGES``.
 from __future__ import annotations
 
 import ctypes
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import llama_cpp.llama_cpp as C
 import numpy as np
 
+from llamaserve.engine.sampling import GrammarError, SamplingParams, resolve_seed
+from llamaserve.llama.grammar import grammar_sampler
 from llamaserve.llama.model import Model
 
-DEFAULT_SAMPLERS: tuple[str, ...] = (
-    "penalties",
-    "dry",
-    "top_n_sigma",
-    "top_k",
-    "typ_p",
-    "top_p",
-    "min_p",
-    "xtc",
-    "temperature",
-)
-
-# Single-letter codes of --sampling-seq, as llama.cpp names them.
-SAMPLER_LETTERS: dict[str, str] = {
-    "e": "penalties",
-    "d": "dry",
-    "s": "top_n_sigma",
-    "k": "top_k",
-    "y": "typ_p",
-    "p": "top_p",
-    "m": "min_p",
-    "x": "xtc",
-    "t": "temperature",
-}
-
-# Accepted spellings of sampler names in the `samplers` request field.
-SAMPLER_ALIASES: dict[str, str] = {
-    "penalties": "penalties",
-    "dry": "dry",
-    "top_n_sigma": "top_n_sigma",
-    "top_k": "top_k",
-    "typ_p": "typ_p",
-    "typical_p": "typ_p",
-    "typical": "typ_p",
-    "top_p": "top_p",
-    "nucleus": "top_p",
-    "min_p": "min_p",
-    "xtc": "xtc",
-    "temperature": "temperature",
-    "temp": "temperature",
-}
-
-DEFAULT_DRY_BREAKERS: tuple[str, ...] = ("\n", ":", '"', "*")
-
-
-@dataclass(frozen=True)
-class SamplerConfig:
-    """Every sampling knob of one request (llama-server's defaults)."""
-
-    temperature: float = 0.8
-    dynatemp_range: float = 0.0
-    dynatemp_exponent: float = 1.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    typical_p: float = 1.0
-    top_n_sigma: float = -1.0
-    xtc_probability: float = 0.0
-    xtc_threshold: float = 0.1
-    repeat_last_n: int = 64
-    repeat_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    dry_multiplier: float = 0.0
-    dry_base: float = 1.75
-    dry_allowed_length: int = 2
-    dry_penalty_last_n: int = -1
-    dry_sequence_breakers: tuple[str, ...] = DEFAULT_DRY_BREAKERS
-    mirostat: int = 0
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = 0.1
-    seed: int = -1
-    min_keep: int = 0
-    ignore_eos: bool = False
-    logit_bias: tuple[tuple[int, float], ...] = ()
-    samplers: tuple[str, ...] = DEFAULT_SAMPLERS
-    grammar: str | None = None
-    # Lazy grammar (tool calls): free text until a trigger pattern matches.
-    grammar_triggers: tuple[str, ...] = ()
-    n_probs: int = 0
-
-    def uses_history(self) -> bool:
-        """Whether the chain must see the prompt tokens (penalties and DRY do)."""
-        penalties = self.repeat_last_n != 0 and (
-            self.repeat_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
-        )
-        return penalties or self.dry_multiplier > 0.0
-
-
-def resolve_seed(seed: int) -> int:
-    """llama.cpp treats 0xFFFFFFFF as 'random'; pick one so /slots can show it."""
-    if seed is None or seed < 0 or seed == 0xFFFFFFFF:
-        return random.randint(0, 0xFFFFFFFE)
-    return seed & 0xFFFFFFFF
+# A `struct llama_sampler *` as llama-cpp-python returns it (an untyped ctypes pointer), or None
+# where a stage is off.
+Handle = object
 
 
 @dataclass
@@ -120,7 +30,7 @@ class _Keepalive:
     objects: list[object] = field(default_factory=list)
 
 
-def _penalties(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+def _penalties(model: Model, cfg: SamplingParams, keep: _Keepalive) -> Handle:
     active = cfg.repeat_penalty != 1.0 or cfg.presence_penalty != 0.0 or cfg.frequency_penalty != 0.0
     if cfg.repeat_last_n == 0 or not active:
         return None
@@ -131,7 +41,7 @@ def _penalties(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None
     )
 
 
-def _dry(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+def _dry(model: Model, cfg: SamplingParams, keep: _Keepalive) -> Handle:
     if cfg.dry_multiplier <= 0.0:
         return None
     breakers = [b.encode() for b in cfg.dry_sequence_breakers]
@@ -144,37 +54,37 @@ def _dry(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
     )
 
 
-def _top_n_sigma(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+def _top_n_sigma(model: Model, cfg: SamplingParams, keep: _Keepalive) -> Handle:
     return C.llama_sampler_init_top_n_sigma(cfg.top_n_sigma) if cfg.top_n_sigma > 0 else None
 
 
-def _top_k(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+def _top_k(model: Model, cfg: SamplingParams, keep: _Keepalive) -> Handle:
     return C.llama_sampler_init_top_k(cfg.top_k) if cfg.top_k > 0 else None
 
 
-def _typical(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+def _typical(model: Model, cfg: SamplingParams, keep: _Keepalive) -> Handle:
     return C.llama_sampler_init_typical(cfg.typical_p, cfg.min_keep) if cfg.typical_p < 1.0 else None
 
 
-def _top_p(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+def _top_p(model: Model, cfg: SamplingParams, keep: _Keepalive) -> Handle:
     return C.llama_sampler_init_top_p(cfg.top_p, cfg.min_keep) if cfg.top_p < 1.0 else None
 
 
-def _min_p(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+def _min_p(model: Model, cfg: SamplingParams, keep: _Keepalive) -> Handle:
     return C.llama_sampler_init_min_p(cfg.min_p, cfg.min_keep) if cfg.min_p > 0.0 else None
 
 
-def _xtc(model: Model, cfg: SamplerConfig, keep: _Keepalive, seed: int) -> int | None:
+def _xtc(model: Model, cfg: SamplingParams, keep: _Keepalive, seed: int) -> Handle:
     if cfg.xtc_probability <= 0.0:
         return None
     return C.llama_sampler_init_xtc(cfg.xtc_probability, cfg.xtc_threshold, cfg.min_keep, seed)
 
 
-def _temperature(model: Model, cfg: SamplerConfig, keep: _Keepalive) -> int | None:
+def _temperature(model: Model, cfg: SamplingParams, keep: _Keepalive) -> Handle:
     return C.llama_sampler_init_temp_ext(cfg.temperature, cfg.dynatemp_range, cfg.dynatemp_exponent)
 
 
-_STAGES: dict[str, Callable[[Model, SamplerConfig, _Keepalive], int | None]] = {
+_STAGES: dict[str, Callable[[Model, SamplingParams, _Keepalive], Handle]] = {
     "penalties": _penalties,
     "dry": _dry,
     "top_n_sigma": _top_n_sigma,
@@ -184,30 +94,6 @@ _STAGES: dict[str, Callable[[Model, SamplerConfig, _Keepalive], int | None]] = {
     "min_p": _min_p,
     "temperature": _temperature,
 }
-
-
-class GrammarError(ValueError):
-    """llama.cpp rejected a grammar."""
-
-
-def grammar_sampler(model: Model, grammar: str, triggers: tuple[str, ...] = ()) -> int:
-    """A grammar sampler, or GrammarError. Lazy when trigger patterns are given."""
-    if triggers:
-        patterns = [t.encode() for t in triggers]
-        arr = (ctypes.c_char_p * len(patterns))(*patterns)
-        handle = C.llama_sampler_init_grammar_lazy_patterns(
-            model.vocab, grammar.encode(), b"root", arr, len(patterns), None, 0
-        )
-    else:
-        handle = C.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
-    if not handle:
-        raise GrammarError("failed to parse grammar")
-    return handle
-
-
-def check_grammar(model: Model, grammar: str, triggers: tuple[str, ...] = ()) -> None:
-    """Parse a grammar with llama.cpp once, so a bad one is a 400 before it reaches a slot."""
-    C.llama_sampler_free(grammar_sampler(model, grammar, triggers))
 
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -224,12 +110,12 @@ class SamplerChain:
     candidates against a grammar every token would be far slower.
     """
 
-    def __init__(self, model: Model, cfg: SamplerConfig) -> None:
+    def __init__(self, model: Model, cfg: SamplingParams) -> None:
         self.model = model
         self.cfg = cfg
         self.seed = resolve_seed(cfg.seed)
         self._keep = _Keepalive()
-        self.grammar = grammar_sampler(model, cfg.grammar, cfg.grammar_triggers) if cfg.grammar else None
+        self.grammar = grammar_sampler(model.vocab, cfg.grammar, cfg.grammar_triggers) if cfg.grammar else None
         self.handle = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
         self._add(self._logit_bias(model, cfg))
         if cfg.mirostat == 0:
@@ -251,21 +137,18 @@ class SamplerChain:
             else:
                 self._add(C.llama_sampler_init_mirostat_v2(self.seed, cfg.mirostat_tau, cfg.mirostat_eta))
 
-    def _logit_bias(self, model: Model, cfg: SamplerConfig) -> int | None:
+    def _logit_bias(self, model: Model, cfg: SamplingParams) -> Handle:
         biases = list(cfg.logit_bias)
         if cfg.ignore_eos:
             # Ban every end-of-generation token, as llama-server does for ignore_eos.
             biases += [(t, float("-inf")) for t in model.eog_tokens()]
         if not biases:
             return None
-        arr = (C.llama_logit_bias * len(biases))()
-        for i, (tok, bias) in enumerate(biases):
-            arr[i].token = tok
-            arr[i].bias = bias
+        arr = (C.llama_logit_bias * len(biases))(*(C.llama_logit_bias(tok, bias) for tok, bias in biases))
         self._keep.objects.append(arr)
         return C.llama_sampler_init_logit_bias(model.n_vocab, len(biases), arr)
 
-    def _add(self, sampler: int | None) -> None:
+    def _add(self, sampler: Handle) -> None:
         if sampler:
             C.llama_sampler_chain_add(self.handle, sampler)
 
@@ -304,8 +187,7 @@ class SamplerChain:
         return int(arr.data[arr.selected].id)
 
     def _grammar_allows(self, token: int) -> bool:
-        single = (C.llama_token_data * 1)()
-        single[0].id, single[0].logit, single[0].p = token, 1.0, 0.0
+        single = (C.llama_token_data * 1)(C.llama_token_data(token, 1.0, 0.0))
         arr = C.llama_token_data_array(single, 1, -1, False)
         C.llama_sampler_apply(self.grammar, ctypes.byref(arr))
         return bool(np.isfinite(single[0].logit))

@@ -87,4 +87,4 @@ class CountTokensRequest(SamplingFields):
 
 class MessagesRequest(CountTokensRequest):
     # Required by the Anthropic API; a request without it is a 400 naming the field.
-    max_tokens: int = Field(..., ge=1)  # type: ignore[assignment]
+    max_tokens: int = Field(..., ge=1)

@@ -33,7 +33,7 @@ class InfillRequest(NativeCompletionRequest):
     input_prefix: str = ""
     input_suffix: str = ""
     input_extra: list[InfillExtra] = Field(default_factory=list, max_length=1024)
-    prompt: str = ""  # type: ignore[assignment]  # text after the cursor hint, appended after FIM_MID
+    prompt: str = ""  # text after the cursor hint, appended after FIM_MID
 
 
 class TokenizeRequest(BaseModel):

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llamaserve.api.sse import DONE, data_event
 from llamaserve.chat.parsed import (
     ContentDelta,
     ParsedMessage,
@@ -22,15 +21,16 @@ from llamaserve.chat.reasoning import ReasoningSplitter, split_reasoning, templa
 from llamaserve.chat.template import TemplateError
 from llamaserve.chat.tools import ToolChoiceError, ToolFormat, chain, new_tool_call_id, normalize_tool_choice
 from llamaserve.chat.tools.generic import GenericFormat
+from llamaserve.engine.sampling import GrammarError
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
-from llamaserve.llama.sampler import GrammarError, check_grammar
 from llamaserve.protocol.openai import ChatCompletionRequest, ChatMessage
 from llamaserve.serving import generate, logprobs
 from llamaserve.serving.completion import build_request, choices
 from llamaserve.serving.params import prompt_tokens, stop_strings
-from llamaserve.serving.runtime import BUILD_INFO, ModelRuntime
+from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
+from llamaserve.sse import DONE, data_event
 
 
 def render_prompt(
@@ -158,14 +158,16 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
     structured = await resolve_grammar(
         rt.model, grammar=req.grammar, json_schema=req.json_schema, response_format=req.response_format
     )
-    grammar, triggers, extra_stops = structured, (), ()
+    grammar = structured
+    triggers: tuple[str, ...] = ()
+    extra_stops: tuple[str, ...] = ()
     if fmt is not None:
         spec = fmt.grammar(tools or [], req.tool_choice or "auto", req.parallel_tool_calls is not False)
         if spec is not None:
             if structured is not None:
                 raise APIError("tools cannot be combined with grammar, json_schema or response_format")
             try:
-                await asyncio.to_thread(check_grammar, rt.model, spec.gbnf, spec.triggers)
+                await asyncio.to_thread(rt.model.check_grammar, spec.gbnf, spec.triggers)
             except GrammarError:
                 raise APIError("the tool-call grammar was rejected by llama.cpp; check the tools' schemas") from None
             grammar, triggers, extra_stops = spec.gbnf, spec.triggers, spec.stops
@@ -221,7 +223,7 @@ def _envelope(rt: ModelRuntime, obj: str) -> dict[str, Any]:
         "object": obj,
         "created": int(time.time()),
         "model": rt.alias,
-        "system_fingerprint": BUILD_INFO,
+        "system_fingerprint": rt.build_info,
     }
 
 

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, replace
 from typing import Any
 
-from llamaserve.api.sse import DONE, data_event
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.protocol.common import SamplingFields
@@ -17,8 +16,9 @@ from llamaserve.protocol.native import NativeCompletionRequest
 from llamaserve.protocol.openai import CompletionRequest
 from llamaserve.serving import generate, logprobs
 from llamaserve.serving.params import prompt_tokens, sampling_config, split_prompts, stop_strings
-from llamaserve.serving.runtime import BUILD_INFO, ModelRuntime
+from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
+from llamaserve.sse import DONE, data_event
 
 
 def build_request(
@@ -244,7 +244,7 @@ def _oai_envelope(rt: ModelRuntime) -> dict[str, Any]:
         "object": "text_completion",
         "created": int(time.time()),
         "model": rt.alias,
-        "system_fingerprint": BUILD_INFO,
+        "system_fingerprint": rt.build_info,
     }
 
 
@@ -275,9 +275,9 @@ async def oai_complete(rt: ModelRuntime, groups: list[list[GenerationRequest]]) 
         finished.append([r.done for r in res])
     usages = [generate.usage(f) for f in finished]
     body["usage"] = {
-        "completion_tokens": sum(u["completion_tokens"] for u in usages),  # type: ignore[misc]
-        "prompt_tokens": sum(u["prompt_tokens"] for u in usages),  # type: ignore[misc]
-        "total_tokens": sum(u["total_tokens"] for u in usages),  # type: ignore[misc]
+        "completion_tokens": sum(u["completion_tokens"] for u in usages),
+        "prompt_tokens": sum(u["prompt_tokens"] for u in usages),
+        "total_tokens": sum(u["total_tokens"] for u in usages),
         "prompt_tokens_details": {"cached_tokens": sum(f[0].n_cached for f in finished)},
     }
     body["timings"] = finished[0][0].timings.to_json()

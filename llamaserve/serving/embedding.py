@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from llamaserve.engine.backend import Embedder, EmbedError
 from llamaserve.errors import APIError
-from llamaserve.llama.embed import EmbedError, normalize
 from llamaserve.protocol.embedding import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
 from llamaserve.serving.params import check_tokens
 from llamaserve.serving.runtime import ModelRuntime
@@ -16,7 +16,21 @@ from llamaserve.serving.runtime import ModelRuntime
 MAX_INPUTS = 2048
 
 
-def _embedder(rt: ModelRuntime, *, rerank: bool = False) -> Any:
+def normalize(vec: np.ndarray, mode: int) -> np.ndarray:
+    """llama.cpp's embd_normalize: -1 none, 0 max-abs scaled to int16, 1 taxicab, 2 euclidean, >2 p-norm."""
+    if mode < 0:
+        return vec
+    if mode == 0:
+        peak = float(np.max(np.abs(vec))) if vec.size else 0.0
+        return vec * (32760.0 / peak) if peak > 0 else vec
+    if mode == 2:
+        norm = float(np.linalg.norm(vec))
+    else:
+        norm = float(np.sum(np.abs(vec) ** mode) ** (1.0 / mode))
+    return vec / norm if norm > 0 else vec
+
+
+def _embedder(rt: ModelRuntime, *, rerank: bool = False) -> Embedder:
     if rt.embedder is None or (rerank and not rt.config.reranking):
         flag = "--reranking" if rerank else "--embedding"
         raise APIError(

@@ -10,10 +10,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from llamaserve.engine.client import EngineClient
-from llamaserve.engine.types import Failed, Finished, GenerationRequest, TextDelta
+from llamaserve.engine.types import Failed, Finished, GenerationRequest, TextDelta, TokenLogprob
 from llamaserve.errors import APIError
-from llamaserve.llama.logprobs import TokenLogprob
 from llamaserve.serving.latency import RequestClock
+
+Tagged = tuple[int, TextDelta | Finished]
+"""(choice index, event): what a stream yields."""
 
 
 @dataclass
@@ -53,9 +55,14 @@ async def complete(engine: EngineClient, jobs: list[GenerationRequest]) -> list[
     return out
 
 
-async def stream(
-    engine: EngineClient, jobs: list[GenerationRequest]
-) -> AsyncIterator[tuple[int, TextDelta | Finished]]:
+def token_counts(event: TextDelta | Finished) -> tuple[int, int, int] | None:
+    """(prompt, cached, predicted) tokens once a choice has finished, for the access log; else None."""
+    if isinstance(event, Finished):
+        return event.n_prompt_tokens, event.n_cached, event.n_predicted
+    return None
+
+
+async def stream(engine: EngineClient, jobs: list[GenerationRequest]) -> AsyncIterator[Tagged]:
     """(choice index, event) pairs; a failure raises APIError (before or mid-stream)."""
     clock = RequestClock()
     try:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.slots import Slot
-from llamaserve.llama.sampler import SamplerConfig
-from llamaserve.serving.runtime import BUILD_INFO, ModelRuntime
+from llamaserve.serving.runtime import ModelRuntime
 
 
 def sampling_params_json(
-    cfg: SamplerConfig, *, n_predict: int, n_keep: int = 0, stream: bool = False
+    cfg: SamplingParams, *, n_predict: int, n_keep: int = 0, stream: bool = False
 ) -> dict[str, Any]:
     d = asdict(cfg)
     for key in ("logit_bias", "grammar", "dry_sequence_breakers", "samplers"):
@@ -55,7 +55,7 @@ def props(rt: ModelRuntime) -> dict[str, Any]:
         "chat_template_caps": {},
         "bos_token": rt.model.token_text(rt.model.bos) if rt.model.bos >= 0 else "",
         "eos_token": rt.model.token_text(rt.model.eos) if rt.model.eos >= 0 else "",
-        "build_info": BUILD_INFO,
+        "build_info": rt.build_info,
         "is_sleeping": False,
         "cors_proxy_enabled": False,
     }

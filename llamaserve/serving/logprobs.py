@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from llamaserve.llama.logprobs import TokenLogprob
-from llamaserve.llama.model import Model
+from llamaserve.engine.backend import Vocabulary
+from llamaserve.engine.types import TokenLogprob
 
 
-def _text(model: Model, token: int) -> tuple[str, list[int]]:
+def _text(model: Vocabulary, token: int) -> tuple[str, list[int]]:
     raw = model.piece(token)
     return raw.decode("utf-8", errors="replace"), list(raw)
 
 
-def _entry(model: Model, token: int, logprob: float, with_id: bool) -> dict[str, Any]:
+def _entry(model: Vocabulary, token: int, logprob: float, with_id: bool) -> dict[str, Any]:
     text, raw = _text(model, token)
     entry: dict[str, Any] = {"id": token} if with_id else {}
     entry.update({"token": text, "bytes": raw, "logprob": logprob})
     return entry
 
 
-def _entries(model: Model, items: list[TokenLogprob], with_id: bool) -> list[dict[str, Any]]:
+def _entries(model: Vocabulary, items: list[TokenLogprob], with_id: bool) -> list[dict[str, Any]]:
     return [
         {
             **_entry(model, lp.token, lp.logprob, with_id),
@@ -30,17 +31,17 @@ def _entries(model: Model, items: list[TokenLogprob], with_id: bool) -> list[dic
     ]
 
 
-def openai_chat(model: Model, items: list[TokenLogprob]) -> list[dict[str, Any]]:
+def openai_chat(model: Vocabulary, items: list[TokenLogprob]) -> list[dict[str, Any]]:
     """`choices[].logprobs.content[]` of the chat API."""
     return _entries(model, items, with_id=False)
 
 
-def native(model: Model, items: list[TokenLogprob]) -> list[dict[str, Any]]:
+def native(model: Vocabulary, items: list[TokenLogprob]) -> list[dict[str, Any]]:
     """`completion_probabilities` of /completion (the same entries, with token ids)."""
     return _entries(model, items, with_id=True)
 
 
-def legacy(model: Model, items: list[TokenLogprob | int], offset: int = 0) -> dict[str, Any]:
+def legacy(model: Vocabulary, items: Sequence[TokenLogprob | int], offset: int = 0) -> dict[str, Any]:
     """`choices[].logprobs` of /v1/completions: parallel arrays plus text offsets.
 
     A bare token id (the first prompt token when echoing) has no log-probability: null.

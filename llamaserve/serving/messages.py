@@ -20,11 +20,11 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
-from llamaserve.api.sse import named_event
+from llamaserve.engine.client import EngineClient
 from llamaserve.engine.types import Event, Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError, validation_message
 from llamaserve.protocol.anthropic import AnthropicMessage, AnthropicTool, CountTokensRequest, ToolChoice
@@ -33,6 +33,7 @@ from llamaserve.protocol.openai import ChatCompletionRequest
 from llamaserve.serving import chat
 from llamaserve.serving.chat import ChatChunk
 from llamaserve.serving.runtime import ModelRuntime
+from llamaserve.sse import named_event
 
 log = logging.getLogger("llamaserve.messages")
 
@@ -62,7 +63,8 @@ class FinishTap:
 
     def runtime(self, rt: ModelRuntime) -> ModelRuntime:
         """rt with this tap as its engine, for functions that take a runtime."""
-        return dataclasses.replace(rt, engine=self)
+        # Duck-typed: generate_choices is ours, everything else is the wrapped client's.
+        return dataclasses.replace(rt, engine=cast(EngineClient, self))
 
 
 async def tapped(
@@ -461,7 +463,7 @@ class MessageStream:
 
     # events
     def start(self) -> Events:
-        message = {
+        message: dict[str, Any] = {
             "id": self.id,
             "type": "message",
             "role": "assistant",

@@ -10,9 +10,9 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from llamaserve.engine.backend import Vocabulary
+from llamaserve.engine.sampling import SAMPLER_ALIASES, SAMPLER_LETTERS, SamplingParams
 from llamaserve.errors import APIError
-from llamaserve.llama.model import Model
-from llamaserve.llama.sampler import SAMPLER_ALIASES, SAMPLER_LETTERS, SamplerConfig
 from llamaserve.protocol.common import SamplingFields
 
 MAX_PROMPT_CHARS = 64 * 1024 * 1024
@@ -70,7 +70,7 @@ def _bias_value(raw: Any, where: str) -> float:
     return value
 
 
-def _bias_targets(model: Model, key: Any, where: str) -> list[int]:
+def _bias_targets(model: Vocabulary, key: Any, where: str) -> list[int]:
     if isinstance(key, bool):
         raise APIError(f"{where}: expected a token id or a string")
     if isinstance(key, int):
@@ -86,7 +86,7 @@ def _bias_targets(model: Model, key: Any, where: str) -> list[int]:
     return [token]
 
 
-def logit_bias(model: Model, raw: dict[str, Any] | list[Any]) -> tuple[tuple[int, float], ...]:
+def logit_bias(model: Vocabulary, raw: dict[str, Any] | list[Any]) -> tuple[tuple[int, float], ...]:
     """Both llama-server forms: {"id": bias} and [[id_or_text, bias_or_false], …]."""
     out: list[tuple[int, float]] = []
     items = list(raw.items()) if isinstance(raw, dict) else raw
@@ -103,7 +103,7 @@ def logit_bias(model: Model, raw: dict[str, Any] | list[Any]) -> tuple[tuple[int
     return tuple(out)
 
 
-def sampling_config(req: SamplingFields, defaults: SamplerConfig, model: Model) -> SamplerConfig:
+def sampling_config(req: SamplingFields, defaults: SamplingParams, model: Vocabulary) -> SamplingParams:
     changes: dict[str, Any] = {}
     for name in _DIRECT_FIELDS:
         value = getattr(req, name, None)
@@ -124,14 +124,14 @@ def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
     return (stop,) if isinstance(stop, str) else tuple(s for s in stop if s)
 
 
-def check_tokens(model: Model, tokens: list[int]) -> list[int]:
+def check_tokens(model: Vocabulary, tokens: list[int]) -> list[int]:
     for t in tokens:
         if isinstance(t, bool) or not isinstance(t, int) or not model.valid_token(t):
             raise APIError(f"the prompt contains an invalid token id: {t!r} (vocabulary size {model.n_vocab})")
     return tokens
 
 
-def prompt_tokens(model: Model, prompt: Any, *, add_special: bool = True) -> list[int]:
+def prompt_tokens(model: Vocabulary, prompt: Any, *, add_special: bool = True) -> list[int]:
     """One prompt as text, token ids, or a mix of both (llama-server's forms)."""
     if isinstance(prompt, str):
         if len(prompt) > MAX_PROMPT_CHARS:

@@ -16,7 +16,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from llamaserve.api.sse import named_event
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.protocol.responses import ResponsesRequest
@@ -25,6 +24,7 @@ from llamaserve.serving.chat import ChatChunk
 from llamaserve.serving.messages import count_prompt_tokens, new_id
 from llamaserve.serving.responses_input import to_chat_request
 from llamaserve.serving.runtime import ModelRuntime
+from llamaserve.sse import named_event
 
 Events = list[tuple[str, dict[str, Any]]]
 TokenCounter = Callable[[str], int]

@@ -206,7 +206,7 @@ def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
             raise APIError("tool_choice: a function choice needs a 'name'")
         return {"type": "function", "function": {"name": name}}
     if kind in ("auto", "none", "required"):
-        return kind
+        return str(kind)
     raise APIError(f"tool_choice: type '{kind}' is not supported")
 
 

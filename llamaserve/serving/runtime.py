@@ -1,63 +1,50 @@
 """The loaded model as the HTTP side sees it: vocabulary, template, engine client.
 
-`load_runtime` builds everything from a ServerConfig; `ServerState` tells
-routes whether the model is still loading.
+`llamaserve/compose.py` builds it from a ServerConfig (the one place that
+knows llama.cpp is underneath); `serving/state.py` tells routes whether it
+is loaded yet.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError
+from llamaserve.chat.template import ChatTemplate
 from llamaserve.chat.tools import ToolFormat, detect_format
-from llamaserve.config import ConfigError, ServerConfig
+from llamaserve.config import ServerConfig
+from llamaserve.engine.backend import Embedder, ModelInfo, Vocabulary
 from llamaserve.engine.client import EngineClient
-from llamaserve.engine.kvcache import CachePolicy
-from llamaserve.engine.runner import LlamaRunner
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.slot_files import SlotFiles
 from llamaserve.errors import APIError
-from llamaserve.llama.context import Context, ContextSettings
-from llamaserve.llama.embed import Embedder
-from llamaserve.llama.lora import LoraAdapter, LoraError, load_adapters
-from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, ModelInfo
 from llamaserve.serving.lora import LoraScales
-from llamaserve.serving.lora import from_config as lora_from_config
-
-if TYPE_CHECKING:  # serving/sleep.py imports this module
-    from llamaserve.serving.sleep import Snapshot
 
 log = logging.getLogger("llamaserve")
-
-# Sequences per embedding decode. A non-causal encoder attends across the whole
-# micro-batch (masked), so packing too many inputs wastes attention work: 16
-# measured ~1.0-1.1x the C++ server on MiniLM where 64 gave ~0.85x.
-EMBED_SEQUENCES = 16
-BUILD_INFO = f"llamaserve-0.1.0 (llama-cpp-python {LLAMA_CPP_VERSION})"
 
 
 @dataclass
 class ModelRuntime:
     config: ServerConfig
-    model: Model
-    context: Context
+    model: Vocabulary
+    n_ctx_slot: int  # tokens of context per slot
     scheduler: Scheduler
     engine: EngineClient
     template: ChatTemplate
     template_source: str
     info: ModelInfo
+    # Frees the native model, context and adapters; called once the scheduler has stopped.
+    release: Callable[[], None]
+    build_info: str  # llama-server's build_info and the OpenAI system_fingerprint
     created: int = field(default_factory=lambda: int(time.time()))
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     ui_settings: dict[str, Any] = field(default_factory=dict)
     embedder: Embedder | None = None
     slot_files: SlotFiles | None = None  # with --slot-save-path
     lora: LoraScales = field(default_factory=LoraScales)
-    adapters: list[LoraAdapter] = field(default_factory=list)
     _tool_format: ToolFormat | None = None
 
     def require_generation(self) -> None:
@@ -75,10 +62,6 @@ class ModelRuntime:
         return self._tool_format
 
     @property
-    def n_ctx_slot(self) -> int:
-        return self.context.n_ctx_seq
-
-    @property
     def alias(self) -> str:
         return self.config.model_alias
 
@@ -89,145 +72,4 @@ class ModelRuntime:
                 self.slot_files.persist_all()
             except OSError as exc:  # a full disk must not turn a clean stop into a crash
                 log.error("could not persist the slot caches: %s", exc)
-        self.context.close()
-        for adapter in self.adapters:
-            adapter.close()
-        self.model.close()
-
-
-def _template_source(config: ServerConfig, model: Model) -> str:
-    if config.chat_template_file:
-        with open(config.chat_template_file, encoding="utf-8") as fh:
-            return fh.read()
-    if config.chat_template:
-        # A built-in name llama-server knows that we ship, or inline Jinja.
-        return CHATML_TEMPLATE if config.chat_template.strip() == "chatml" else config.chat_template
-    return model.chat_template() or CHATML_TEMPLATE
-
-
-def _json_object(text: str, flag: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{flag} is not JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise ConfigError(f"{flag} must be a JSON object")
-    return value
-
-
-def _ui_settings(config: ServerConfig) -> dict[str, Any]:
-    """Web UI defaults: the file's settings, then --webui-config on top."""
-    settings: dict[str, Any] = {}
-    if config.webui_config_file:
-        try:
-            with open(config.webui_config_file, encoding="utf-8") as fh:
-                settings.update(_json_object(fh.read(), "--webui-config-file"))
-        except OSError as exc:
-            raise ConfigError(f"--webui-config-file: {exc}") from exc
-    if config.webui_config:
-        settings.update(_json_object(config.webui_config, "--webui-config"))
-    return settings
-
-
-def cache_policy(config: ServerConfig) -> CachePolicy:
-    ram = config.cache_ram_mib
-    return CachePolicy(
-        cache_reuse=config.cache_reuse,
-        context_shift=config.context_shift,
-        cache_ram_bytes=ram * 1024 * 1024 if ram > 0 else ram,
-    )
-
-
-def load_runtime(config: ServerConfig) -> ModelRuntime:
-    t0 = time.perf_counter()
-    model = Model(config.model, n_gpu_layers=config.n_gpu_layers, use_mmap=config.use_mmap)
-    info = model.info()
-    n_slots = config.effective_parallel
-    n_ctx = config.ctx_size or info.n_ctx_train
-    embedding_only = config.embedding or config.reranking
-    settings = ContextSettings(
-        n_ctx=n_ctx,
-        n_batch=config.batch_size,
-        n_ubatch=config.ubatch_size,
-        # Embedding requests pack several inputs into one decode, one sequence each.
-        n_seq_max=max(n_slots, EMBED_SEQUENCES) if embedding_only else n_slots,
-        n_threads=config.effective_threads,
-        n_threads_batch=config.effective_threads_batch,
-        kv_unified=True if embedding_only else config.effective_kv_unified,
-        embeddings=config.embedding or config.reranking,
-        pooling="rank" if config.reranking else config.pooling,
-        flash_attn=config.flash_attn,
-    )
-    context = Context(model, settings)
-    try:
-        adapters = load_adapters(model, [path for path, _ in config.lora])
-    except LoraError as exc:
-        raise ConfigError(str(exc)) from exc
-    runner = LlamaRunner(model, context, adapters)
-    scheduler = Scheduler(
-        runner, n_slots, slot_prompt_similarity=config.slot_prompt_similarity, cache=cache_policy(config)
-    )
-    if not settings.embeddings:
-        context.warm_up(model.bos if model.bos >= 0 else 0)
-    slot_files = None
-    if config.slot_save_path:
-        slot_files = SlotFiles(
-            scheduler,
-            config.slot_save_path,
-            {
-                "file": os.path.basename(config.model),
-                "size": os.path.getsize(config.model),
-                "n_ctx_seq": context.n_ctx_seq,
-                "n_slots": n_slots,
-            },
-        )
-        if config.cache_persist:
-            slot_files.load_all()  # before the scheduler thread starts: nothing else touches the KV yet
-    source = _template_source(config, model)
-    bos = model.token_text(model.bos) if model.bos >= 0 else ""
-    eos = model.token_text(model.eos) if model.eos >= 0 else ""
-    try:
-        template = ChatTemplate(source, bos_token=bos, eos_token=eos)
-    except TemplateError as exc:
-        raise ConfigError(f"the chat template does not compile: {exc}") from exc
-    kwargs: dict[str, Any] = {}
-    if config.chat_template_kwargs:
-        kwargs = _json_object(config.chat_template_kwargs, "--chat-template-kwargs")
-    ui_settings = _ui_settings(config)
-    scheduler.start()
-    log.info(
-        "model loaded in %.2f s: %s, %d slots x %d tokens of context",
-        time.perf_counter() - t0,
-        info.description,
-        n_slots,
-        context.n_ctx_seq,
-    )
-    return ModelRuntime(
-        config=config,
-        model=model,
-        context=context,
-        scheduler=scheduler,
-        engine=EngineClient(scheduler),
-        template=template,
-        template_source=source,
-        info=info,
-        chat_template_kwargs=kwargs,
-        ui_settings=ui_settings,
-        embedder=Embedder(context) if settings.embeddings else None,
-        slot_files=slot_files,
-        lora=lora_from_config(config.lora, config.lora_init_without_apply),
-        adapters=adapters,
-    )
-
-
-@dataclass
-class ServerState:
-    """What every route can see: the config and, once loaded, the runtime."""
-
-    config: ServerConfig
-    runtime: ModelRuntime | None = None
-    load_error: str | None = None
-    started: float = field(default_factory=time.time)
-    # Set while --sleep-idle-seconds has unloaded the model (serving/sleep.py):
-    # `runtime` is then None and /props, /v1/models and /metrics answer from this.
-    asleep: Snapshot | None = None
+        self.release()

@@ -17,39 +17,22 @@ tasks arriving at a sleeping server share one reload.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import gc
 import logging
-import sys
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import Any
 
-from llamaserve.config import ServerConfig
-from llamaserve.engine.stats import SchedulerStats
 from llamaserve.errors import APIError
 from llamaserve.serving import info
-from llamaserve.serving.runtime import ModelRuntime, ServerState, load_runtime
+from llamaserve.serving.runtime import ModelRuntime
+from llamaserve.serving.state import Loader, ServerState, Snapshot
 
 log = logging.getLogger("llamaserve")
 
 # How often the watcher looks again while the model is first loading (the idle
 # clock starts when the load is done, not when the process started).
 LOADING_POLL_S = 0.25
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What the exempt routes answer from while the model is unloaded."""
-
-    props: dict[str, Any]  # /props, with is_sleeping true
-    models: dict[str, Any]  # /v1/models and /models
-    # Carried into the reloaded scheduler so the /metrics counters stay monotonic
-    # (Prometheus reads a drop as a process restart).
-    stats: SchedulerStats
-    created: int  # /v1/models `created`: the same model, the same timestamp
-    lora_scales: list[float] = field(default_factory=list)  # set by POST /lora-adapters; kept across sleep
 
 
 def rss_bytes() -> int | None:
@@ -64,30 +47,6 @@ def rss_bytes() -> int | None:
     return None
 
 
-def malloc_trim() -> bool:
-    """Hand free heap pages back to the OS; True when glibc did release some.
-
-    Why: freeing the model and the KV cache returns most memory at once (the
-    big ggml buffers are mmap'ed and munmap'ed), but many smaller allocations
-    (tokenizer tables, compute-graph metadata, Python objects from the
-    scheduler and worker threads) live in glibc's malloc arenas. glibc keeps
-    freed chunks in those arenas for reuse and only shrinks the top of the main
-    heap by itself, so RSS would stay high while the server sleeps.
-    `malloc_trim(0)` walks every arena and releases all whole free pages.
-    It is glibc-only: musl, macOS and Windows have no such symbol (or no
-    CDLL(None)), and there we simply skip it.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):
-        return False
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return bool(trim(0))
-
-
 def _mib(n: int | None) -> str:
     return "?" if n is None else f"{n / (1 << 20):.0f}"
 
@@ -97,21 +56,25 @@ def _free(rt: ModelRuntime) -> None:
     rt.close()
 
 
-def _return_memory() -> None:
-    """Worker thread: collect Python cycles first so their memory is free too, then trim."""
+def _return_memory(trim: Callable[[], bool]) -> None:
+    """Worker thread: collect Python cycles first so their memory is free too, then trim.
+
+    Why the trim: freeing the model and the KV cache returns the big ggml
+    buffers at once (they are mmap'ed), but many smaller allocations stay in
+    the C allocator's arenas, which only shrink from the top by themselves;
+    `state.trim_memory` (llama/memory.py) hands their free pages back.
+    """
     gc.collect()
-    malloc_trim()
+    trim()
 
 
 class IdleSleeper:
     """Unloads the runtime after `idle_seconds` without tasks and reloads it on demand."""
 
-    def __init__(
-        self, state: ServerState, idle_seconds: float, loader: Callable[[ServerConfig], ModelRuntime] = load_runtime
-    ) -> None:
+    def __init__(self, state: ServerState, idle_seconds: float, loader: Loader | None = None) -> None:
         self.state = state
         self.idle_seconds = idle_seconds
-        self.loader = loader
+        self.loader = loader or state.loader
         self.in_flight = 0  # tasks between begin() and end(): never sleep while > 0
         self.wakes = 0
         self._last_active = time.monotonic()
@@ -214,7 +177,7 @@ class IdleSleeper:
                 await asyncio.to_thread(_free, rt)
             except Exception:
                 log.exception("freeing the model for sleep failed")
-            await asyncio.to_thread(_return_memory)
+            await asyncio.to_thread(_return_memory, self.state.trim_memory)
             log.info(
                 "sleeping after %.1f s idle: model and context freed (RSS %s -> %s MiB)",
                 idle,

@@ -11,9 +11,9 @@ import asyncio
 from typing import Any
 
 from llamaserve.chat.json_schema import SchemaError, json_grammar, schema_to_grammar
+from llamaserve.engine.backend import Vocabulary
+from llamaserve.engine.sampling import GrammarError
 from llamaserve.errors import APIError
-from llamaserve.llama.model import Model
-from llamaserve.llama.sampler import GrammarError, check_grammar
 
 MAX_GRAMMAR_CHARS = 1_000_000
 
@@ -46,7 +46,11 @@ def _convert(schema: Any, where: str) -> str:
 
 
 async def resolve_grammar(
-    model: Model, *, grammar: str | None = None, json_schema: Any = None, response_format: dict[str, Any] | None = None
+    model: Vocabulary,
+    *,
+    grammar: str | None = None,
+    json_schema: Any = None,
+    response_format: dict[str, Any] | None = None,
 ) -> str | None:
     """The grammar a request asks for, checked by llama.cpp; None when unconstrained."""
     constrained_rf, rf_schema = _schema_from_response_format(response_format) if response_format else (False, None)
@@ -74,7 +78,7 @@ async def resolve_grammar(
     else:
         text = await asyncio.to_thread(_convert, rf_schema, "response_format")
     try:
-        await asyncio.to_thread(check_grammar, model, text)
+        await asyncio.to_thread(model.check_grammar, text)
     except GrammarError:
         raise APIError(
             "Failed to parse grammar"

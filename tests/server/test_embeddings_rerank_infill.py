@@ -11,8 +11,8 @@ import numpy as np
 import openai
 import pytest
 
-from llamaserve.convert.bert import cached_models, locate_minilm
-from llamaserve.convert.packaged import qwen_coder
+from tests.models.bert import cached_models, locate_minilm
+from tests.models.packaged import qwen_coder
 
 from .conftest import RunningServer, start_server, stop_server
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from llamaserve.convert.packaged import qwen_coder
+from tests.models.packaged import qwen_coder
 
 from .conftest import RunningServer, start_server, stop_server
 

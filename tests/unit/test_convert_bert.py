@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("gguf")
 C = pytest.importorskip("llama_cpp.llama_cpp")
 
-from llamaserve.convert import bert as conv  # noqa: E402
-from llamaserve.convert.safetensors_io import SafetensorsFile, load_safetensors  # noqa: E402
 from tests.llama_logs import silenced_llama_logs  # noqa: E402
+from tests.models import bert as conv  # noqa: E402
+from tests.models.safetensors_io import SafetensorsFile, load_safetensors  # noqa: E402
 
 MINILM = conv.locate_minilm()
 needs_model = pytest.mark.skipif(MINILM is None, reason=f"{conv.MINILM_DIST} is not installed")

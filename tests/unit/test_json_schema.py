@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from llamaserve.chat.gbnf_check import Grammar, GrammarError, parse_gbnf
 from llamaserve.chat.json_schema import (
     JSON_OBJECT_GRAMMAR,
     SchemaError,
     json_grammar,
     schema_to_grammar,
 )
+from tests.gbnf_check import Grammar, GrammarError, parse_gbnf
 
 
 @dataclass(frozen=True)

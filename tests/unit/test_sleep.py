@@ -14,7 +14,7 @@ from llamaserve.engine.stats import SchedulerStats
 from llamaserve.errors import APIError
 from llamaserve.serving import sleep
 from llamaserve.serving.lora import LoraScales
-from llamaserve.serving.runtime import ServerState
+from llamaserve.serving.state import ServerState
 
 IDLE = 0.2
 
@@ -171,5 +171,14 @@ def test_a_failed_reload_fails_the_waiting_tasks_and_the_next_task_retries() -> 
     asyncio.run(main())
 
 
-def test_malloc_trim_is_safe_to_call() -> None:
-    assert sleep.malloc_trim() in (True, False)
+def test_falling_asleep_trims_memory_once_the_runtime_is_freed() -> None:
+    async def main() -> None:
+        rt = FakeRuntime(close_delay=0.05)
+        state, sl = make(Loader(), rt)
+        trimmed_after_close: list[bool] = []
+        state.trim_memory = lambda: trimmed_after_close.append(rt.closed.is_set()) or True
+        sl.start()
+        await until(lambda: state.asleep is not None and sl._transition is None)
+        assert trimmed_after_close == [True]
+
+    asyncio.run(main())

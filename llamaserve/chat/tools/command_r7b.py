@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from llamaserve.chat.parsed import ReasoningDelta
+
 from ._base import (
     Ctx,
     Gen,
-    ReasoningDelta,
     json_call_object,
     literal,
     parse_json_array_of_calls,

@@ -17,11 +17,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llamaserve.chat.parsed import GrammarSpec
+from llamaserve.chat.parsed import ContentDelta, GrammarSpec
 
 from ._base import (
     NEED,
-    ContentDelta,
     Ctx,
     Gen,
     content_only,

@@ -17,11 +17,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from llamaserve.chat.parsed import ContentDelta, ReasoningDelta
+
 from ._base import (
-    ContentDelta,
     Ctx,
     Gen,
-    ReasoningDelta,
     json_value,
     one_of,
     read_until,

@@ -1,7 +1,7 @@
 """Convert a sentence-transformers BERT model to a GGUF of llama.cpp's ``bert`` architecture.
 
 Only the ``gguf`` package and numpy are needed: the safetensors weights are read by
-:mod:`llamaserve.convert.safetensors_io`, and nothing imports torch or transformers.
+:mod:`tests.models.safetensors_io`, and nothing imports torch or transformers.
 
 Two products:
 
@@ -273,7 +273,7 @@ def _checkpoint_tensors(src: _Source) -> dict[str, tuple[SafetensorsFile, str]]:
     """Canonical name (no "bert." prefix, gamma/beta renamed) -> (file, stored name)."""
     out: dict[str, tuple[SafetensorsFile, str]] = {}
     for f in src.weights:
-        for stored in f:
+        for stored in f.keys():  # noqa: SIM118 -- a SafetensorsFile is not iterable
             name = stored[5:] if stored.startswith("bert.") else stored
             if name.endswith(".gamma"):
                 name = name[:-6] + ".weight"
@@ -517,7 +517,7 @@ def cached_models(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m llamaserve.convert.bert",
+        prog="python -m tests.models.bert",
         description="Convert a sentence-transformers BERT model to GGUF (an embedder and a random-head test reranker).",
     )
     p.add_argument("--out", type=Path, required=True, help="output directory")

@@ -1,0 +1,139 @@
+"""What every route module shares: the JSON response, body parsing, SSE answers, the runtime.
+
+Each family's routes (routes_*.py) parse and validate the body here, hand it
+to a serving function, and answer; nothing under api/ decodes tokens or
+renders templates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any, TypeVar
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+
+from llamaserve.api.sse import sse_response, until_disconnect
+from llamaserve.errors import APIError, validation_message
+from llamaserve.serving.generate import Tagged, token_counts
+from llamaserve.serving.runtime import ModelRuntime
+from llamaserve.serving.state import ServerState
+from llamaserve.sse import data_event
+
+M = TypeVar("M", bound=BaseModel)
+
+DEFAULT_BODY_LIMIT = 32 * 1024 * 1024
+
+
+class JSONUTF8Response(JSONResponse):
+    media_type = "application/json; charset=utf-8"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def runtime_of(state: ServerState) -> ModelRuntime:
+    """The loaded runtime, or 503 while the model loads (or reloads after sleeping)."""
+    if state.runtime is None:
+        raise APIError("Loading model", "unavailable_error")
+    return state.runtime
+
+
+async def read_body(request: Request) -> bytes:
+    """The raw body, within --body-limit (413 past it, before reading it all when declared)."""
+    limit = getattr(request.app.state, "body_limit", DEFAULT_BODY_LIMIT)
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise APIError(f"request body too large (limit is {limit} bytes)", "request_too_large", status=413)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise APIError(f"request body too large (limit is {limit} bytes)", "request_too_large", status=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, model: type[M]) -> M:
+    """The body as `model`; every way it can be wrong is a 4xx naming the problem."""
+    raw = await read_body(request)
+    if not raw.strip():
+        raise APIError("the request body is empty; expected a JSON object")
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError:
+        raise APIError("the request body is not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise APIError(f"the request body is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise APIError("the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise APIError(validation_message(exc)) from None
+
+
+def note_tokens(request: Request, prompt: int, cached: int, predicted: int) -> None:
+    """Token counts for the access log (streams are counted by stream_events)."""
+    request.state.tokens = (prompt, cached, predicted)
+
+
+def with_usage(request: Request, body: dict[str, Any]) -> Response:
+    """An OpenAI-shaped answer, its `usage` noted for the access log."""
+    usage = body.get("usage") or {}
+    note_tokens(
+        request,
+        usage.get("prompt_tokens", 0),
+        (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+        usage.get("completion_tokens", 0),
+    )
+    return JSONUTF8Response(body)
+
+
+async def _chain(first: Tagged, rest: AsyncIterator[Tagged]) -> AsyncIterator[Tagged]:
+    yield first
+    async for event in rest:
+        yield event
+
+
+async def _recording(request: Request, events: AsyncIterator[Tagged]) -> AsyncGenerator[Tagged, None]:
+    """Passes events through, noting token counts for the access log."""
+    async for index, event in events:
+        counts = token_counts(event)
+        if counts is not None:
+            note_tokens(request, *counts)
+        yield index, event
+
+
+async def stream_events(
+    request: Request,
+    events: AsyncIterator[Tagged],
+    frame: Callable[[AsyncIterator[Tagged]], AsyncIterator[bytes]],
+    *,
+    error_frame: Callable[[APIError], bytes] | None = None,
+) -> Response:
+    """An SSE response whose status is decided by the first event.
+
+    Waiting for the first event means a request that cannot start (prompt
+    too long, bad parameters found by the engine) gets a proper 4xx instead
+    of a 200 stream holding an error. Later failures are sent in-stream.
+    """
+    recorded = _recording(request, events)
+    try:
+        first = await until_disconnect(request, recorded.__anext__())
+    except StopAsyncIteration:
+        raise APIError("generation ended without a result", "server_error") from None
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in frame(_chain(first, recorded)):
+                yield chunk
+        except APIError as exc:
+            yield error_frame(exc) if error_frame else data_event(exc.openai_body())
+        finally:
+            await recorded.aclose()
+
+    return sse_response(body())

@@ -1,0 +1,82 @@
+"""Anthropic Messages routes: /v1/messages and /v1/messages/count_tokens.
+
+They translate to the chat pipeline (serving/messages.py) and answer every
+error, body-parse and validation errors included, in Anthropic's envelope
+`{"type": "error", "error": {"type", "message"}}`, sending mid-stream
+failures as `event: error`. They catch errors themselves because the app's
+global handler speaks the OpenAI envelope.
+
+Anthropic clients send `x-api-key` and `anthropic-version`; neither is
+required or rejected here (auth is the app's concern).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from llamaserve.api.http import JSONUTF8Response, note_tokens, read_json, runtime_of, stream_events
+from llamaserve.api.sse import ClientGone, until_disconnect
+from llamaserve.errors import APIError
+from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
+from llamaserve.serving import chat, generate
+from llamaserve.serving import messages as msgs
+from llamaserve.serving.state import ServerState
+
+log = logging.getLogger("llamaserve.http")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def anthropic_errors(handler: Handler) -> Handler:
+    """Every failure of an Anthropic route as Anthropic's error envelope."""
+
+    @functools.wraps(handler)
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except APIError as exc:
+            return JSONUTF8Response(exc.anthropic_body(), status_code=exc.status)
+        except ClientGone:
+            raise
+        except Exception as exc:
+            log.exception("unhandled error on %s", request.url.path)
+            error = APIError(f"internal error: {type(exc).__name__}", "server_error")
+            return JSONUTF8Response(error.anthropic_body(), status_code=500)
+
+    return wrapped
+
+
+def anthropic_routes(state: ServerState) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/messages")
+    @anthropic_errors
+    async def create_message(request: Request) -> Response:
+        rt = runtime_of(state)
+        req = await read_json(request, MessagesRequest)
+        jobs = await chat.chat_request(rt, msgs.to_chat_request(req))
+        tap = msgs.FinishTap(rt.engine)
+        if req.stream:
+            events = generate.stream(rt.engine, jobs)
+            return await stream_events(
+                request, events, lambda ev: msgs.message_stream(rt, req, jobs, tap, ev), error_frame=msgs.error_event
+            )
+        body = await until_disconnect(request, msgs.create_message(rt, req, jobs, tap))
+        fin = tap.finished.get(0)
+        if fin is not None:
+            note_tokens(request, fin.n_prompt_tokens, fin.n_cached, fin.n_predicted)
+        return JSONUTF8Response(body)
+
+    @router.post("/v1/messages/count_tokens")
+    @anthropic_errors
+    async def count_tokens(request: Request) -> Response:
+        rt = runtime_of(state)
+        req = await read_json(request, CountTokensRequest)
+        return JSONUTF8Response(msgs.count_tokens(rt, req))
+
+    return router

@@ -1,0 +1,51 @@
+"""OpenAI-compatible routes: chat completions, legacy completions, embeddings."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from llamaserve.api.http import JSONUTF8Response, note_tokens, read_json, runtime_of, stream_events, with_usage
+from llamaserve.api.sse import until_disconnect
+from llamaserve.errors import APIError
+from llamaserve.protocol.embedding import EmbeddingRequest
+from llamaserve.protocol.openai import ChatCompletionRequest, CompletionRequest
+from llamaserve.serving import chat, completion, embedding, generate
+from llamaserve.serving.state import ServerState
+
+
+def openai_routes(state: ServerState) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/chat/completions")
+    @router.post("/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        rt = runtime_of(state)
+        req = await read_json(request, ChatCompletionRequest)
+        jobs = await chat.chat_request(rt, req)
+        if req.stream:
+            events = generate.stream(rt.engine, jobs)
+            return await stream_events(request, events, lambda ev: chat.chat_stream(rt, req, jobs, ev))
+        return with_usage(request, await until_disconnect(request, chat.chat_complete(rt, jobs)))
+
+    @router.post("/v1/completions")
+    async def oai_completion(request: Request) -> Response:
+        rt = runtime_of(state)
+        req = await read_json(request, CompletionRequest)
+        groups = await completion.oai_requests(rt, req)
+        if req.stream:
+            if len(groups) != 1:
+                raise APIError("streaming supports a single prompt")
+            events = generate.stream(rt.engine, groups[0])
+            return await stream_events(request, events, lambda ev: completion.oai_stream(rt, req, groups[0], ev))
+        return with_usage(request, await until_disconnect(request, completion.oai_complete(rt, groups)))
+
+    @router.post("/v1/embeddings")
+    async def oai_embeddings(request: Request) -> Response:
+        rt = runtime_of(state)
+        req = await read_json(request, EmbeddingRequest)
+        body = await embedding.openai_embeddings(rt, req)
+        note_tokens(request, body["usage"]["prompt_tokens"], 0, 0)
+        return JSONUTF8Response(body)
+
+    return router

@@ -1,0 +1,78 @@
+"""What the HTTP side needs from a loaded model, as protocols and plain data.
+
+`llama/` implements these (`Model`, `Embedder`); `serving/` is written against
+them, so it never imports llama.cpp and its tests can stand in fakes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Facts about the model that /props and /v1/models report."""
+
+    path: str
+    description: str
+    ftype: str
+    n_params: int
+    size_bytes: int
+    n_ctx_train: int
+    n_embd: int
+    n_vocab: int
+    vocab_type: int
+    has_encoder: bool
+    has_decoder: bool
+
+
+class Vocabulary(Protocol):
+    """A model's vocabulary: read-only after loading, safe to use from any thread."""
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    @property
+    def bos(self) -> int: ...
+
+    @property
+    def eos(self) -> int: ...
+
+    @property
+    def sep(self) -> int: ...
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+
+    def piece(self, token: int, *, special: bool = False) -> bytes: ...
+
+    def token_text(self, token: int) -> str: ...
+
+    def detokenize(self, tokens: list[int], *, special: bool = False) -> str: ...
+
+    def valid_token(self, token: int) -> bool: ...
+
+    def fim_tokens(self) -> dict[str, int]: ...
+
+    def check_grammar(self, grammar: str, triggers: tuple[str, ...] = ()) -> None:
+        """Parse a GBNF grammar against this vocabulary; GrammarError when it is rejected."""
+        ...
+
+
+class EmbedError(ValueError):
+    """An input cannot be embedded (too long for one micro-batch, empty, …)."""
+
+
+class Embedder(Protocol):
+    """Pooled or per-token vectors; `embed` runs on the scheduler thread."""
+
+    @property
+    def pooled(self) -> bool: ...
+
+    def check(self, tokens: list[int]) -> None:
+        """EmbedError when this input cannot be embedded."""
+        ...
+
+    def embed(self, inputs: list[list[int]]) -> list[np.ndarray]: ...

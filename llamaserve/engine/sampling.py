@@ -1,0 +1,110 @@
+"""What a request asks of the sampler: plain data, no llama.cpp.
+
+`SamplingParams` carries every knob llama-server accepts, with its defaults.
+The engine, the config and the HTTP side speak it; `llama/sampler.py` turns
+it into a llama.cpp sampler chain inside the scheduler thread.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+DEFAULT_SAMPLERS: tuple[str, ...] = (
+    "penalties",
+    "dry",
+    "top_n_sigma",
+    "top_k",
+    "typ_p",
+    "top_p",
+    "min_p",
+    "xtc",
+    "temperature",
+)
+
+# Single-letter codes of --sampling-seq, as llama.cpp names them.
+SAMPLER_LETTERS: dict[str, str] = {
+    "e": "penalties",
+    "d": "dry",
+    "s": "top_n_sigma",
+    "k": "top_k",
+    "y": "typ_p",
+    "p": "top_p",
+    "m": "min_p",
+    "x": "xtc",
+    "t": "temperature",
+}
+
+# Accepted spellings of sampler names in the `samplers` request field.
+SAMPLER_ALIASES: dict[str, str] = {
+    "penalties": "penalties",
+    "dry": "dry",
+    "top_n_sigma": "top_n_sigma",
+    "top_k": "top_k",
+    "typ_p": "typ_p",
+    "typical_p": "typ_p",
+    "typical": "typ_p",
+    "top_p": "top_p",
+    "nucleus": "top_p",
+    "min_p": "min_p",
+    "xtc": "xtc",
+    "temperature": "temperature",
+    "temp": "temperature",
+}
+
+DEFAULT_DRY_BREAKERS: tuple[str, ...] = ("\n", ":", '"', "*")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Every sampling knob of one request (llama-server's defaults)."""
+
+    temperature: float = 0.8
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    top_n_sigma: float = -1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    repeat_last_n: int = 64
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1
+    dry_sequence_breakers: tuple[str, ...] = DEFAULT_DRY_BREAKERS
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    seed: int = -1
+    min_keep: int = 0
+    ignore_eos: bool = False
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    samplers: tuple[str, ...] = DEFAULT_SAMPLERS
+    grammar: str | None = None
+    # Lazy grammar (tool calls): free text until a trigger pattern matches.
+    grammar_triggers: tuple[str, ...] = ()
+    n_probs: int = 0
+
+    def uses_history(self) -> bool:
+        """Whether the chain must see the prompt tokens (penalties and DRY do)."""
+        penalties = self.repeat_last_n != 0 and (
+            self.repeat_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+        )
+        return penalties or self.dry_multiplier > 0.0
+
+
+def resolve_seed(seed: int) -> int:
+    """llama.cpp treats 0xFFFFFFFF as 'random'; pick one so /slots can show it."""
+    if seed is None or seed < 0 or seed == 0xFFFFFFFF:
+        return random.randint(0, 0xFFFFFFFE)
+    return seed & 0xFFFFFFFF
+
+
+class GrammarError(ValueError):
+    """llama.cpp rejected a grammar."""

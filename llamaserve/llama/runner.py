@@ -1,0 +1,100 @@
+"""`LlamaRunner`: the engine's runner seam (engine/runner.py) on a real llama.cpp context."""
+
+from __future__ import annotations
+
+from llamaserve.engine.runner import PlanRow, Sample, StepResult
+from llamaserve.engine.sampling import SamplingParams
+from llamaserve.engine.types import TokenLogprob
+from llamaserve.llama.context import Context
+from llamaserve.llama.logprobs import token_logprob
+from llamaserve.llama.lora import LoraAdapter, apply_scales
+from llamaserve.llama.model import Model
+from llamaserve.llama.sampler import SamplerChain
+
+
+class LlamaRunner:
+    """Runs plans on a real llama.cpp context."""
+
+    def __init__(self, model: Model, context: Context, adapters: list[LoraAdapter] | None = None) -> None:
+        self.model = model
+        self.context = context
+        self.adapters = adapters or []
+        self._lora: tuple[float, ...] = ()
+        self.n_ctx_seq = context.n_ctx_seq
+        self.n_batch = context.n_batch
+        self.n_ubatch = min(context.settings.n_ubatch, context.n_batch)
+        self.n_seq_max = context.settings.n_seq_max
+
+    def new_sampler(self, params: SamplingParams) -> SamplerChain:
+        return SamplerChain(self.model, params)
+
+    def step(self, plan: list[PlanRow]) -> StepResult:
+        rows: list[tuple[int, int, int, bool]] = []
+        sample_at: list[int] = []
+        for row in plan:
+            last = len(row.tokens) - 1
+            wants = bool(row.samplers)
+            every = row.targets is not None
+            for i, tok in enumerate(row.tokens):
+                rows.append((tok, row.start_pos + i, row.seq_id, every or (wants and i == last)))
+            sample_at.append(len(rows) - 1)
+        code = self.context.decode(rows)
+        if code != 0:
+            return StepResult([[] for _ in plan], error=f"llama_decode failed with code {code}")
+        ctx = self.context.handle
+        n_vocab = self.model.n_vocab
+        samples: list[list[Sample]] = []
+        for row, index in zip(plan, sample_at):
+            drawn = []
+            for sampler in row.samplers:
+                token = sampler.sample(ctx, index)
+                lp = token_logprob(ctx, index, n_vocab, token, row.n_probs) if row.n_probs >= 0 else None
+                drawn.append(Sample(token, lp))
+            samples.append(drawn)
+        prompt_lps: list[list[TokenLogprob]] = []
+        if not any(row.targets for row in plan):  # the usual step: no prompt scoring
+            return StepResult(samples)
+        for row, last_index in zip(plan, sample_at):
+            first = last_index - len(row.tokens) + 1
+            k = max(row.n_probs, 0)
+            prompt_lps.append(
+                [token_logprob(ctx, first + i, n_vocab, target, k) for i, target in enumerate(row.targets or [])]
+            )
+        return StepResult(samples, prompt_logprobs=prompt_lps)
+
+    def seq_copy(self, src: int, dst: int) -> None:
+        self.context.seq_copy(src, dst, -1, -1)
+
+    def set_lora(self, scales: tuple[float, ...]) -> None:
+        """Switch adapter scales only when they change: a switch rebuilds llama.cpp's graph."""
+        if scales != self._lora:
+            apply_scales(self.context, self.adapters, scales)
+            self._lora = scales
+
+    def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None:
+        self.context.seq_remove(seq_id, p0, p1)
+
+    def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        self.context.seq_shift(seq_id, p0, p1, delta)
+
+    @property
+    def can_shift(self) -> bool:
+        return self.context.can_shift
+
+    def seq_state(self, seq_id: int) -> bytes:
+        return self.context.seq_state(seq_id)
+
+    def set_seq_state(self, seq_id: int, data: bytes) -> bool:
+        return self.context.set_seq_state(seq_id, data)
+
+    def save_seq_file(self, path: str, seq_id: int, tokens: list[int]) -> int:
+        return self.context.save_seq_file(path, seq_id, tokens)
+
+    def load_seq_file(self, path: str, seq_id: int) -> tuple[int, list[int]]:
+        return self.context.load_seq_file(path, seq_id, self.n_ctx_seq)
+
+    def piece(self, token: int) -> bytes:
+        return self.model.piece(token)
+
+    def is_eog(self, token: int) -> bool:
+        return self.model.is_eog(token)

@@ -1,0 +1,229 @@
+"""The import rules of docs/architecture.md, checked over the source tree.
+
+Every `import` in llamaserve/ (module level, inside functions, and under
+TYPE_CHECKING alike) must follow the table below; module-level imports must
+not form a cycle. A change that breaks a rule fails here, with the offending
+line named.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "llamaserve"
+
+# Which of our top-level parts each part may import (its own part is always allowed).
+# "engine.sampling" allows just that module; "engine" allows the whole package.
+ALLOWED: dict[str, set[str]] = {
+    "chat": set(),
+    "protocol": set(),
+    "errors": set(),
+    "sse": set(),
+    "webui": set(),
+    "engine": set(),
+    # llama/ implements the engine's seams, so it may see their plain types and protocols.
+    "llama": {"engine.types", "engine.sampling", "engine.runner", "engine.backend"},
+    "config": {"engine.sampling"},
+    "hub": {"config"},
+    "serving": {"engine", "chat", "protocol", "errors", "sse", "config"},
+    "api": {"serving", "protocol", "errors", "sse", "config", "webui"},
+    "cli": {"config", "engine.sampling", "hub", "compose"},
+    "compose": {"*"},  # the composition root wires everything together
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+
+# Third-party modules only some parts may import.
+RESTRICTED: dict[str, set[str]] = {
+    "llama_cpp": {"llama"},  # the native library stays behind llama/
+    "ctypes": {"llama"},
+    "pydantic": {"protocol", "serving", "api", "errors"},  # pydantic never reaches the engine
+    "fastapi": {"api"},
+    "starlette": {"api", "webui"},
+    "uvicorn": {"api"},
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # dotted module that imports
+    target: str  # dotted module imported
+    line: int
+    top_level: bool  # executed at import time (not in a function, not under TYPE_CHECKING)
+
+
+def _module_name(path: Path, package_root: Path) -> str:
+    parts = list(path.relative_to(package_root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports_of(path: Path, package_root: Path) -> list[Import]:
+    module = _module_name(path, package_root)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[Import] = []
+
+    def visit(node: ast.AST, top_level: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = top_level
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) or (
+                isinstance(child, ast.If) and _is_type_checking(child)
+            ):
+                nested = False
+            if isinstance(child, ast.Import):
+                found.extend(Import(module, alias.name, child.lineno, top_level) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")[: len(package.split(".")) - (child.level - 1)]
+                    target = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    target = child.module or ""
+                found.append(Import(module, target, child.lineno, top_level))
+                # `from llamaserve.serving import chat` imports the submodule too.
+                for alias in child.names:
+                    candidate = f"{target}.{alias.name}"
+                    if (package_root.parent / Path(*candidate.split("."))).with_suffix(".py").exists():
+                        found.append(Import(module, candidate, child.lineno, top_level))
+            visit(child, nested)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), True)
+    return found
+
+
+def all_imports(package_root: Path) -> list[Import]:
+    return [imp for path in sorted(package_root.rglob("*.py")) for imp in _imports_of(path, package_root)]
+
+
+def _part(dotted: str, package: str) -> str:
+    """`llamaserve.engine.scheduler` -> `engine`; `llamaserve.cli` -> `cli`; `llamaserve` -> `__init__`."""
+    rest = dotted.split(".")[1:]
+    return rest[0] if rest else "__init__"
+
+
+def violations(package_root: Path) -> list[str]:
+    """Every import that breaks ALLOWED or RESTRICTED, as 'file:line: source -> target (rule)'."""
+    package = package_root.name
+    out: list[str] = []
+    for imp in all_imports(package_root):
+        src_part = _part(imp.source, package)
+        where = f"{imp.source}:{imp.line}: {imp.source} -> {imp.target}"
+        top = imp.target.split(".")[0]
+        if top == package:
+            dst_rest = imp.target.split(".")[1:]
+            dst_part = dst_rest[0] if dst_rest else "__init__"
+            if dst_part == src_part:
+                continue
+            allowed = ALLOWED.get(src_part)
+            if allowed is None:
+                out.append(f"{where} (part '{src_part}' has no rule in ALLOWED)")
+                continue
+            dotted = ".".join(dst_rest)
+            if "*" in allowed or any(dotted == a or dotted.startswith(a + ".") for a in allowed):
+                continue
+            out.append(f"{where} ('{src_part}' may not import '{dst_part}')")
+        elif top in RESTRICTED and src_part not in RESTRICTED[top]:
+            out.append(f"{where} ('{top}' is only for {sorted(RESTRICTED[top])})")
+    return out
+
+
+def cycles(package_root: Path) -> list[list[str]]:
+    """Cycles among module-level imports of our own modules."""
+    package = package_root.name
+    graph: dict[str, set[str]] = {}
+    modules = {_module_name(p, package_root) for p in package_root.rglob("*.py")}
+    for imp in all_imports(package_root):
+        if imp.top_level and imp.target in modules and imp.target != imp.source:
+            graph.setdefault(imp.source, set()).add(imp.target)
+    found: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def walk(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            # A package's __init__ importing its own submodules is how packages work, not a cycle.
+            if nxt.startswith(node + ".") or node.startswith(nxt + "."):
+                continue
+            if state.get(nxt) == 1:
+                found.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                walk(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node)
+    assert package  # the graph holds only our package's modules
+    return found
+
+
+def test_every_import_follows_the_layering_rules() -> None:
+    assert violations(PACKAGE) == []
+
+
+def test_module_level_imports_form_no_cycle() -> None:
+    assert cycles(PACKAGE) == []
+
+
+def test_the_checker_catches_a_violation_and_a_cycle(tmp_path: Path) -> None:
+    """The rules are not vacuous: a tree that breaks them is reported."""
+    pkg = tmp_path / "llamaserve"
+    for sub in ("engine", "serving", "llama"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine" / "scheduler.py").write_text("from llamaserve.llama.model import Model\n")
+    (pkg / "serving" / "chat.py").write_text("import ctypes\nfrom llamaserve.serving import generate\n")
+    (pkg / "serving" / "generate.py").write_text("from llamaserve.serving.chat import x\n")
+    (pkg / "llama" / "model.py").write_text("Model = object\n")
+    found = violations(pkg)
+    assert any("engine.scheduler" in v and "may not import 'llama'" in v for v in found), found
+    assert any("serving.chat" in v and "'ctypes'" in v for v in found), found
+    assert cycles(pkg) == [["llamaserve.serving.chat", "llamaserve.serving.generate", "llamaserve.serving.chat"]]
+
+
+def _run_without_libllama(code: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter where importing llama_cpp fails."""
+    guard = "import sys; sys.modules['llama_cpp'] = None\n"
+    return subprocess.run(
+        [sys.executable, "-c", guard + code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_help_and_a_bad_flag_answer_without_the_native_library() -> None:
+    helped = _run_without_libllama("from llamaserve.cli import main; raise SystemExit(main(['--help']))")
+    assert helped.returncode == 0, helped.stderr
+    assert "--ctx-size" in helped.stdout
+    bad = _run_without_libllama("from llamaserve.cli import main; raise SystemExit(main(['--no-such-flag']))")
+    assert bad.returncode == 1, bad.stderr
+    assert "--no-such-flag" in bad.stderr and "llama_cpp" not in bad.stderr
+
+
+@pytest.mark.parametrize("tests", [["tests/unit/test_scheduler.py", "tests/unit/test_kvcache.py"]])
+def test_the_fake_runner_scheduler_tests_run_without_the_native_library(tests: list[str]) -> None:
+    code = (
+        "import pytest\n"
+        f"code = pytest.main(['-q', '-p', 'no:cacheprovider', *{tests!r}])\n"
+        "assert 'llama_cpp' not in sys.modules or sys.modules['llama_cpp'] is None\n"
+        "raise SystemExit(code)\n"
+    )
+    run = _run_without_libllama(code)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout
