@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import ssl
 import subprocess
 import threading
@@ -179,7 +178,6 @@ def test_access_log_lines_go_to_the_log_file(guarded: tuple[RunningServer, Path]
     assert any("GET /v1/models 401" in ln for ln in lines)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a certificate")
 def test_tls(model_path: str, tmp_path: Path) -> None:
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     subprocess.run(

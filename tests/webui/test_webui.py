@@ -13,9 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-pytest.importorskip("playwright.sync_api")
 from playwright.sync_api import Page, Request, Route, expect
 
 from .conftest import UIServer, http_get, open_ui
