@@ -5,9 +5,11 @@ must also accept every grammar."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.metadata
 import json
+import math
 import random
 import re
 import time
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import jsonschema
 import pytest
 
 from llamaserve.chat.json_schema import (
@@ -917,3 +920,125 @@ def test_gbnf_check_reports_problems() -> None:
         g.check_llama_limits()
     with pytest.raises(GrammarError):
         parse_gbnf('root ::= root "a" | "b"\n').matches("ba")
+
+
+# ------------------------------------------------------------------------------------------
+# Independent oracles for the corpus: the jsonschema library decides what is valid, and
+# llama.cpp's own grammar engine (not only our GBNF interpreter) decides what is accepted.
+
+
+# Samples our grammar rejects on purpose although JSON Schema (as the jsonschema library
+# checks it) allows them; each says why.
+GRAMMAR_STRICTER_THAN_SCHEMA: dict[str, set[str]] = {
+    # A const is written as the schema spells it, key order included (as llama.cpp does).
+    "const": {'{"name":"x\\"y","version":2}'},
+    # An email address: ours needs a dot-atom local part and a dotted domain; jsonschema
+    # checks only for an "@".
+    "format-email": {'"a@b"', '"a..b@c.com"', '"@b.com"', '"a@-b.com"'},
+    # `properties` without `type` means an object to us, as in llama.cpp's converter.
+    "inferred-object": {"1"},
+}
+
+# Cases written in an older dialect than the 2020-12 default.
+DIALECT = {"number-draft4": jsonschema.Draft4Validator, "legacy-tuple": jsonschema.Draft7Validator}
+
+
+def _instance(value: Any) -> tuple[bool, Any]:
+    """(parses as JSON, the parsed value) for a corpus sample."""
+    if not isinstance(value, Raw):
+        return True, value
+    try:
+        return True, json.loads(value.text)
+    except ValueError:
+        return False, None
+
+
+def _respelled(value: Any, schema: Any) -> str:
+    """`value` written the way our grammars spell JSON: compact, object keys in the schema's
+    `properties` order (as llama.cpp's converter orders them), nested schemas followed."""
+
+    def order(v: Any, sch: Any) -> Any:
+        sch = sch if isinstance(sch, dict) else {}
+        if isinstance(v, dict):
+            props = sch.get("properties") if isinstance(sch.get("properties"), dict) else {}
+            keys = [k for k in props if k in v] + [k for k in v if k not in props]
+            return {k: order(v[k], props.get(k, {})) for k in keys}
+        if isinstance(v, list):
+            items = sch.get("items", {})
+            if isinstance(items, list):  # draft 4 tuple form: one schema per position
+                return [order(x, items[i] if i < len(items) else {}) for i, x in enumerate(v)]
+            return [order(x, items) for x in v]
+        return v
+
+    return json.dumps(order(value, schema), ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_jsonschema_library_agrees_with_the_corpus(name: str) -> None:
+    """Accepted samples are valid JSON Schema instances; a rejected one is either invalid, or
+    refused only for its spelling (the same value respelled is accepted), or listed in
+    GRAMMAR_STRICTER_THAN_SCHEMA with the reason."""
+    schema, valid, invalid = CASES[name]
+    validator_cls = DIALECT.get(name) or jsonschema.validators.validator_for(
+        schema, default=jsonschema.Draft202012Validator
+    )
+    validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+    g = compile_checked(schema)
+    for value in valid:
+        parses, instance = _instance(value)
+        assert parses, f"{name}: accepted sample is not JSON: {dump(value)[:200]!r}"
+        errors = [e.message for e in validator.iter_errors(instance)]
+        assert not errors, f"{name}: {dump(value)[:200]!r} is accepted but invalid: {errors}"
+    for value in invalid:
+        parses, instance = _instance(value)
+        if not parses or not validator.is_valid(instance):
+            continue  # invalid by both
+        if dump(value) in GRAMMAR_STRICTER_THAN_SCHEMA.get(name, {}):
+            continue
+        respelled = _respelled(instance, schema)
+        assert g.matches(respelled), (
+            f"{name}: {dump(value)[:200]!r} is valid JSON Schema, and refused even as {respelled[:200]!r}"
+        )
+
+
+def _llama_matches(llama_vocab: Any, grammar: str, text: str) -> bool:
+    """Whether llama.cpp's grammar engine accepts `text` whole, fed as SmolLM2 tokens."""
+    llama_cpp, vocab = llama_vocab
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+    assert sampler, "llama.cpp rejected the grammar"
+    try:
+        data = text.encode("utf-8")
+        buf = (llama_cpp.llama_token * (len(data) + 8))()
+        n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, len(buf), False, False)
+        assert n >= 0
+        eos = llama_cpp.llama_vocab_eos(vocab)
+        for token in [*buf[:n], eos]:
+            # One candidate: the grammar sets its logit to -inf when it may not come next.
+            # The end-of-sequence token is allowed only where the grammar may end.
+            single = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 1.0, 0.0))
+            arr = llama_cpp.llama_token_data_array(single, 1, -1, False)
+            llama_cpp.llama_sampler_apply(sampler, ctypes.byref(arr))
+            if not math.isfinite(single[0].logit):
+                return False
+            if token != eos:
+                llama_cpp.llama_sampler_accept(sampler, token)
+        return True
+    finally:
+        llama_cpp.llama_sampler_free(sampler)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_llama_cpp_grammar_engine_agrees_with_the_corpus(llama_vocab: Any, name: str) -> None:
+    schema, valid, invalid = CASES[name]
+    grammar = schema_to_grammar(schema)
+    for value in valid:
+        assert _llama_matches(llama_vocab, grammar, dump(value)), f"{name}: llama.cpp rejects {dump(value)[:200]!r}"
+    for value in invalid:
+        assert not _llama_matches(llama_vocab, grammar, dump(value)), f"{name}: llama.cpp accepts {dump(value)[:200]!r}"
+
+
+def test_the_llama_cpp_oracle_is_not_vacuous(llama_vocab: Any) -> None:
+    grammar = 'root ::= "{" [0-9]+ "}"\n'
+    assert _llama_matches(llama_vocab, grammar, "{42}")
+    assert not _llama_matches(llama_vocab, grammar, "{42")  # may not end here
+    assert not _llama_matches(llama_vocab, grammar, "{4x}")
