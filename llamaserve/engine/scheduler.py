@@ -406,7 +406,6 @@ class Scheduler:
             events.append(self._finish(slot, "limit", now))
             return
         slot.generated.append(token)
-        slot.t_last_token = now
         stop_type = ""
         if self.runner.is_eog(token) and not req.sampling.ignore_eos:
             stop_type = "eos"
@@ -460,7 +459,6 @@ class Scheduler:
         self.stats.tokens_predicted_total += n_gen
         self.stats.tokens_predicted_seconds_total += gen_ms / 1000.0
         self.stats.n_tokens_max = max(self.stats.n_tokens_max, slot.n_past + 1)
-        self.stats.requests_finished_total += 1
         finished = Finished(
             stop_type=stop_type,
             stopping_word=slot.stream.stopping_word,
@@ -470,7 +468,6 @@ class Scheduler:
             timings=timings,
             id_slot=slot.id,
             truncated=slot.truncated,
-            all_tokens=list(slot.generated),
             prompt_logprobs=slot.prompt_logprobs,
         )
         self._release(slot)

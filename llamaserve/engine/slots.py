@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import enum
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llamaserve.engine.runner import Sampler
 from llamaserve.engine.textstream import TextStream
@@ -25,7 +24,6 @@ class Task:
     id: int
     request: GenerationRequest
     sink: EventSink
-    submitted_at: float = field(default_factory=time.perf_counter)
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -77,7 +75,6 @@ class Slot:
         self.stream = TextStream()
         self.t_start = 0.0
         self.t_prompt_done = 0.0
-        self.t_last_token = 0.0
 
     @property
     def busy(self) -> bool:

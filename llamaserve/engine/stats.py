@@ -17,7 +17,6 @@ class SchedulerStats:
     n_tokens_max: int = 0
     requests_processing: int = 0
     requests_deferred: int = 0
-    requests_finished_total: int = 0
     prompt_cache_saves: int = 0  # slot KV states parked in the host-memory cache
     prompt_cache_hits: int = 0  # prompts started from a parked state
     cache_reuse_tokens: int = 0  # tokens kept by moving chunks (--cache-reuse)

@@ -87,7 +87,6 @@ class Finished:
     timings: Timings
     id_slot: int
     truncated: bool = False
-    all_tokens: list[int] = field(default_factory=list)
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # for prompt tokens 1..n-1
 
 

@@ -96,11 +96,6 @@ class Context:
         self.decode([(token, 0, 0, True)])
         self.clear()
 
-    def logits_row(self, index: int) -> ctypes.Array[ctypes.c_float]:
-        ptr = C.llama_get_logits_ith(self.handle, index)
-        return ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float * self.model.n_vocab)).contents
-
-    # ---------------------------------------------------------------- memory
     def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> bool:
         return bool(C.llama_memory_seq_rm(self.memory, seq_id, p0, p1))
 

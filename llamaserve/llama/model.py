@@ -57,7 +57,6 @@ class Model:
         self.eos: int = C.llama_vocab_eos(self.vocab)
         self.sep: int = C.llama_vocab_sep(self.vocab)
         self.n_ctx_train: int = int(C.llama_model_n_ctx_train(handle))
-        self.add_bos: bool = bool(C.llama_vocab_get_add_bos(self.vocab))
         # Pieces are cached because detokenizing is on the hot path of every
         # generated token and the vocabulary never changes.
         self._piece_cache: dict[int, bytes] = {}
@@ -82,18 +81,6 @@ class Model:
             has_encoder=bool(C.llama_model_has_encoder(self.handle)),
             has_decoder=bool(C.llama_model_has_decoder(self.handle)),
         )
-
-    def meta(self, key: str) -> str | None:
-        """A GGUF metadata value as a string, or None when absent."""
-        size = 4096
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            n = C.llama_model_meta_val_str(self.handle, key.encode(), buf, size)
-            if n < 0:
-                return None
-            if n < size:
-                return buf.value.decode(errors="replace")
-            size = n + 1
 
     def chat_template(self, name: str | None = None) -> str | None:
         raw = C.llama_model_chat_template(self.handle, name.encode() if name else None)

@@ -7,11 +7,10 @@ a bad value is a 400 naming the field, never a crash in C.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 LogitBias = dict[str, float | bool] | list[list[Any]]
 
 
