@@ -36,11 +36,18 @@ class RunningServer:
 
 
 def start_server(
-    args: list[str], tmp: Path, *, env: dict[str, str] | None = None, timeout: float = 120.0, ready_scheme: str = "http"
+    args: list[str],
+    tmp: Path,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 120.0,
+    ready_scheme: str = "http",
+    program: list[str] | None = None,
 ) -> RunningServer:
+    """Start a server (ours unless `program` names another binary) and wait for /health."""
     port = free_port()
     log_path = tmp / f"server-{port}.log"
-    cmd = [sys.executable, "-m", "llamaserve", "--port", str(port), *args]
+    cmd = [*(program or [sys.executable, "-m", "llamaserve"]), "--port", str(port), *args]
     log_file = open(log_path, "wb")  # noqa: SIM115 -- the server process writes to it until it stops
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
