@@ -129,6 +129,7 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(("--webui-config-file", "--ui-config-file"), "webui_config_file", env="LLAMA_ARG_UI_CONFIG_FILE"),
     Opt(("--reasoning-format",), "reasoning_format", env="LLAMA_ARG_THINK"),
     Opt(("--reasoning-budget",), "reasoning_budget", type=int, env="LLAMA_ARG_THINK_BUDGET"),
+    Opt(("--reasoning-budget-message",), "reasoning_budget_message", env="LLAMA_ARG_THINK_BUDGET_MESSAGE"),
     Opt(("--webui", "--ui"), "webui", kind="pair", neg=("--no-webui", "--no-ui"), env="LLAMA_ARG_UI"),
     Opt(
         ("-hf", "-hfr", "--hf-repo"),

@@ -78,7 +78,8 @@ class ServerConfig:
     pooling: str = "unspecified"
     webui: bool = True
     reasoning_format: str = "auto"  # auto | none | deepseek | deepseek-legacy
-    reasoning_budget: int = -1  # -1 unrestricted, 0 thinking off
+    reasoning_budget: int = -1  # -1 unrestricted, 0 thinking off (closed at once if opened), N: tokens
+    reasoning_budget_message: str = ""  # written before the end tag when the budget closes a block
     static_path: str | None = None  # --path: serve these files at / instead of the web UI
     webui_config: str | None = None  # JSON object of UI defaults, exposed as /props ui_settings
     webui_config_file: str | None = None

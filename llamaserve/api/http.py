@@ -8,6 +8,7 @@ renders templates.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -22,9 +23,15 @@ from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
 from llamaserve.sse import data_event
 
+log = logging.getLogger("llamaserve.http")
+
 M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_BODY_LIMIT = 32 * 1024 * 1024
+# Deepest nesting of arrays and objects a body may have. Real requests stay far below it
+# (a tool schema or a nested content part is a few levels); without a bound, a body nested
+# thousands of levels deep exhausts Python's recursion in parsing, validation or templating.
+MAX_JSON_DEPTH = 128
 
 
 class JSONUTF8Response(JSONResponse):
@@ -57,23 +64,61 @@ async def read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-async def read_json(request: Request, model: type[M]) -> M:
-    """The body as `model`; every way it can be wrong is a 4xx naming the problem."""
-    raw = await read_body(request)
-    if not raw.strip():
-        raise APIError("the request body is empty; expected a JSON object")
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than `limit` (walked with a stack, not recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body as JSON; not JSON, not UTF-8 or nested too deep is a 400 that says which."""
+    too_deep = APIError(f"the request body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels")
     try:
         data = json.loads(raw)
     except UnicodeDecodeError:
         raise APIError("the request body is not valid UTF-8") from None
     except json.JSONDecodeError as exc:
         raise APIError(f"the request body is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    except RecursionError:
+        raise too_deep from None
+    if _too_deep(data, MAX_JSON_DEPTH):
+        raise too_deep
+    return data
+
+
+async def read_json(request: Request, model: type[M]) -> M:
+    """The body as `model`; every way it can be wrong is a 4xx naming the problem."""
+    raw = await read_body(request)
+    if not raw.strip():
+        raise APIError("the request body is empty; expected a JSON object")
+    data = parse_json(raw)
     if not isinstance(data, dict):
         raise APIError("the request body must be a JSON object")
     try:
-        return model.model_validate(data)
+        parsed = model.model_validate(data)
     except ValidationError as exc:
         raise APIError(validation_message(exc)) from None
+    _note_unknown_fields(model, parsed)
+    return parsed
+
+
+_noted_unknown: set[tuple[str, str]] = set()
+
+
+def _note_unknown_fields(model: type[BaseModel], parsed: BaseModel) -> None:
+    """Fields we do not know are ignored, as llama-server ignores them (clients send `user`,
+    `metadata`, `store`, …); each is logged once per request type, at debug level."""
+    for key in parsed.model_extra or {}:
+        if (model.__name__, key) not in _noted_unknown and len(_noted_unknown) < 1024:
+            _noted_unknown.add((model.__name__, key))
+            log.debug("%s: ignoring unknown field %r", model.__name__, key)
 
 
 def note_tokens(request: Request, prompt: int, cached: int, predicted: int) -> None:

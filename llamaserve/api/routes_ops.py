@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from llamaserve.api.http import JSONUTF8Response, read_body, runtime_of
+from llamaserve.api.http import JSONUTF8Response, parse_json, read_body, runtime_of
 from llamaserve.api.metrics import LlamaCollector, render_metrics
 from llamaserve.errors import APIError
 from llamaserve.serving import info
@@ -21,10 +20,7 @@ async def _optional_json(request: Request) -> Any:
     raw = await read_body(request)
     if not raw.strip():
         return {}
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise APIError(f"the body is not valid JSON: {exc}") from exc
+    return parse_json(raw)
 
 
 def _require(enabled: bool, message: str) -> None:

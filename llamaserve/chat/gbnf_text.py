@@ -258,7 +258,7 @@ def _llama_cost(body: str) -> int:
 # Rules every grammar may use; added on demand together with their dependencies.
 _BUILTINS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     # One optional whitespace slot: nothing, a space, or one newline plus bounded indentation.
-    "ws": (r'| " " | "\n" [ \t]{0,20}', ()),
+    "ws": (r'| " " | "\n"{1,2} [ \t]{0,20}', ()),
     "value": (
         "object | array | string | number | boolean | null",
         ("object", "array", "string", "number", "boolean", "null"),

@@ -26,11 +26,13 @@ What is enforced
   fail them; an empty result is an error).
 - objects: ``properties`` in declared order, ``required`` vs optional (each optional property may be
   omitted; the construction is linear in the number of properties), ``additionalProperties``
-  (``false`` / ``true`` / schema). Absent ``additionalProperties`` allows extra properties of any
-  value after the declared ones, like llama.cpp. Extra property names can never be a declared name
-  (so an omitted optional property cannot reappear with a wrong type) and are written without
-  backslash escapes. When absent, and the declared names are very long in total (> 256 chars) or
-  ``maxProperties`` is set, extra properties are simply not offered (a stricter grammar).
+  (``false`` / ``true`` / schema). Absent ``additionalProperties`` next to ``properties`` offers
+  no extra properties, as llama.cpp's converter does (JSON Schema would allow them; chosen on
+  purpose: models offered free keys invent them until max_tokens). An object schema without
+  ``properties`` takes any members. Extra property names can never be a declared name (so an
+  omitted optional property cannot reappear with a wrong type) and are written without
+  backslash escapes. With ``maxProperties`` set and ``additionalProperties`` absent, extra
+  properties are not offered either.
   ``minProperties`` / ``maxProperties`` only when implied by ``required`` / the closed property
   set, plus ``minProperties: 1`` (the member list is then non-empty).
 - arrays: ``items``, ``prefixItems`` (and the old list form of ``items`` + ``additionalItems``),
@@ -78,8 +80,8 @@ Ignored (purely descriptive): ``title``, ``description``, ``examples``, ``defaul
 without ``if``, ``if`` without ``then``/``else``, and any keyword JSON Schema does not define
 (e.g. OpenAPI's ``nullable``) -- unknown keywords are annotations per the specification.
 
-Whitespace: one optional whitespace slot after every token, ``| " " | "\\n" [ \\t]{0,20}``, so the
-model may pretty-print but can never loop on whitespace.
+Whitespace: one optional whitespace slot after every token, ``| " " | "\\n"{1,2} [ \\t]{0,20}``
+(llama.cpp's rule), so the model may pretty-print but can never loop on whitespace.
 
 The converter (the keywords, the ``_Converter`` walk and the public API) is here; its parts are
 ``schema_common`` (errors, limits), ``gbnf_text`` (GBNF text and the shared JSON rules),
@@ -121,7 +123,6 @@ from llamaserve.chat.gbnf_text import (
 )
 from llamaserve.chat.schema_common import (
     _DIRECT_REPEAT,
-    _IMPLICIT_EXTRA_KEYS_MAX_CHARS,
     _MAX_DEPTH,
     SchemaError,
     _err,
@@ -1075,6 +1076,9 @@ class _Converter:
         entries: list[tuple[str, Any, str]] = [(k, v, _ptr(path, "properties", k)) for k, v in props.items()]
         for k in dict.fromkeys(required):
             if k not in props:  # required but only allowed through additionalProperties
+                if not explicit_extra:
+                    entries.append((k, True, _ptr(path, "required")))  # any value, as JSON Schema says
+                    continue
                 if extra is False:
                     raise _unsat(
                         _ptr(path, "required"), f"required property {k!r} is forbidden by additionalProperties"
@@ -1088,10 +1092,14 @@ class _Converter:
         n_required = sum(1 for k, _, _ in live if k in required_set)
         min_props = _count(s, "minProperties", path)
         max_props = _count(s, "maxProperties", path)
+        if not explicit_extra and props:
+            # Declared properties and no word on others: only the declared ones are offered, as
+            # llama.cpp's converter does. JSON Schema would allow any extra key; a model offered
+            # that freedom invents keys until max_tokens (seen with SmolLM2 on instructor's
+            # typical Person schema), so `additionalProperties: true` or a schema asks for it.
+            extra = False
         if max_props is not None and not explicit_extra:
             extra = False  # implicit extras cannot be counted: offer none (stricter, still valid)
-        if not explicit_extra and sum(len(k) for k in declared) > _IMPLICIT_EXTRA_KEYS_MAX_CHARS:
-            extra = False
         if min_props is not None and min_props > max(n_required, 1):
             raise _err(
                 _ptr(path, "minProperties"), "minProperties above the number of required properties is not supported"

@@ -28,9 +28,6 @@ _MAX_DEPTH: Final = 64
 # Repetition counts up to this are written directly as ``x{m,n}``; llama.cpp expands ``{m,n}`` into
 # n-m rules and refuses counts >= 2000, so anything larger is decomposed into base-10 blocks.
 _DIRECT_REPEAT: Final = 32
-# Implicit (absent) additionalProperties needs a "not a declared name" grammar whose size grows
-# with the declared names; past this many characters the extras are not offered at all.
-_IMPLICIT_EXTRA_KEYS_MAX_CHARS: Final = 256
 
 
 # --------------------------------------------------------------------------------------------

@@ -142,6 +142,21 @@ def _tojson(
     )
 
 
+MAX_ARGUMENT_DEPTH = 64
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    """Whether lists and dicts in `value` nest deeper than `limit` (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
 def _from_json(value: str) -> Any:
     # DeepSeek V3.2/V4 templates do ``args | from_json`` when tool-call arguments arrive as a
     # string; llama.cpp's template engine provides that filter, jinja2 does not.
@@ -290,11 +305,13 @@ def _normalize_tool_calls(tool_calls: Any, *, parse_arguments: bool) -> Any:
         if isinstance(arguments, str):
             try:
                 parsed = json.loads(arguments)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue  # keep the client's string; the template may still print it
             # Only an object replaces the string: templates iterate ``arguments.items()`` or
             # ``arguments | tojson`` expecting a mapping, and a bare number or list is not one.
-            if isinstance(parsed, dict):
+            # One nested deeper than any real call stays a string: copying and rendering it
+            # would recurse past Python's limit.
+            if isinstance(parsed, dict) and not _nests_deeper(parsed, MAX_ARGUMENT_DEPTH):
                 function["arguments"] = parsed
     return tool_calls
 

@@ -118,15 +118,18 @@ def plan_chunk_reuse(cached: list[int], prompt: list[int], start: int, min_chunk
 
 
 # ------------------------------------------------------------ --context-shift
-def context_shift(n_past: int, n_keep: int) -> tuple[int, int]:
+def context_shift(n_past: int, n_keep: int, n_discard: int = 0) -> tuple[int, int]:
     """Where a full slot drops cells: (first dropped position, count).
 
-    The first ``n_keep`` tokens stay (the system prompt, usually) and half of
-    the rest goes, as llama-server does, so generation can continue.
+    The first ``n_keep`` tokens stay (the system prompt, usually) and
+    ``n_discard`` of the rest go, half of them when 0, as llama-server does,
+    so generation can continue. At least one cell goes and at least one of
+    those after ``n_keep`` stays.
     """
     keep = max(0, min(n_keep, n_past - 2))
-    n_discard = (n_past - keep) // 2
-    return keep, max(n_discard, 1)
+    rest = n_past - keep
+    count = n_discard if n_discard > 0 else rest // 2
+    return keep, max(1, min(count, rest - 1))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,10 @@ class Sampler(Protocol):
 
     def sample(self, ctx: object, index: int) -> int: ...
 
+    def sample_post(self, ctx: object, index: int, k: int) -> tuple[int, TokenLogprob]:
+        """Sample, and report the chosen token and the top k after the chain (log-probabilities)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -42,6 +46,7 @@ class PlanRow:
     # When set, every row's logits are kept and scored against these tokens
     # (the prompt token that follows each row): prompt log-probabilities.
     targets: list[int] | None = None
+    post_sampling: bool = False  # report the chain's probabilities instead of the raw ones
 
 
 @dataclass

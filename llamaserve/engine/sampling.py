@@ -33,6 +33,7 @@ SAMPLER_LETTERS: dict[str, str] = {
     "m": "min_p",
     "x": "xtc",
     "t": "temperature",
+    "i": "infill",
 }
 
 # Accepted spellings of sampler names in the `samplers` request field.
@@ -50,6 +51,7 @@ SAMPLER_ALIASES: dict[str, str] = {
     "xtc": "xtc",
     "temperature": "temperature",
     "temp": "temperature",
+    "infill": "infill",
 }
 
 DEFAULT_DRY_BREAKERS: tuple[str, ...] = ("\n", ":", '"', "*")

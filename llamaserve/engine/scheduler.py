@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llamaserve.engine.kvcache import CachePolicy
+from llamaserve.engine.reasoning_budget import ReasoningBudget
 from llamaserve.engine.runner import PlanRow, Runner, Sample
 from llamaserve.engine.slot_kv import SlotKV
 from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
@@ -310,6 +311,7 @@ class Scheduler:
         slot.n_cached = keep
         slot.state = SlotState.PREFILL
         slot.stream = TextStream(req.stop)
+        slot.reasoning = ReasoningBudget(req.reasoning_budget) if req.reasoning_budget is not None else None
         slot.t_start = time.perf_counter()
         slot.last_task_id = task.id
         slot.sampler = self.runner.new_sampler(req.sampling)
@@ -326,6 +328,8 @@ class Scheduler:
         slot.prompt = list(task.request.prompt_tokens)
         slot.state = SlotState.FOLLOWING
         slot.stream = TextStream(task.request.stop)
+        spec = task.request.reasoning_budget
+        slot.reasoning = ReasoningBudget(spec) if spec is not None else None
         slot.t_start = time.perf_counter()
         slot.last_task_id = task.id
         slot.sampler = self.runner.new_sampler(task.request.sampling)
@@ -365,7 +369,17 @@ class Scheduler:
                 continue  # llama.cpp applies one adapter set to a whole decode
             if slot.state is SlotState.GENERATING and slot.next_token is not None and budget > 0:
                 assert slot.sampler is not None and slot.task is not None
-                plan.append(PlanRow(slot.id, [slot.next_token], slot.n_past, [slot.sampler], slot.task.request.n_probs))
+                req = slot.task.request
+                plan.append(
+                    PlanRow(
+                        slot.id,
+                        [slot.next_token],
+                        slot.n_past,
+                        [slot.sampler],
+                        req.n_probs,
+                        post_sampling=req.post_sampling_probs,
+                    )
+                )
                 planned.append(slot)
                 slot.next_token = None
                 budget -= 1
@@ -387,8 +401,9 @@ class Scheduler:
             last_chunk = start + len(chunk) == len(slot.prompt)
             samplers = [slot.sampler, *(f.sampler for f in slot.followers)] if last_chunk else []
             n_probs = slot.task.request.n_probs if slot.task else -1
+            post = slot.task is not None and slot.task.request.post_sampling_probs
             targets = slot.prompt[start + 1 : start + len(chunk) + 1] if scoring else None
-            plan.append(PlanRow(slot.id, chunk, start, samplers, n_probs, targets))  # type: ignore[arg-type]
+            plan.append(PlanRow(slot.id, chunk, start, samplers, n_probs, targets, post))  # type: ignore[arg-type]
             planned.append(slot)
             budget -= len(chunk)
         return plan, planned
@@ -405,6 +420,12 @@ class Scheduler:
         if req.n_predict == 0:  # only the prompt was wanted (e.g. scored with echo)
             events.append(self._finish(slot, "limit", now))
             return
+        if slot.reasoning is not None:
+            # The budget is spent: the closing tokens replace what the model sampled.
+            forced = slot.reasoning.next_forced()
+            if forced is not None:
+                token = forced
+                sample = Sample(token)
         slot.generated.append(token)
         stop_type = ""
         if self.runner.is_eog(token) and not req.sampling.ignore_eos:
@@ -413,7 +434,10 @@ class Scheduler:
             slot.unsent_tokens.append(token)
             if sample.logprob is not None:
                 slot.unsent_logprobs.append(sample.logprob)
-            text = slot.stream.push(self.runner.piece(token))
+            piece = self.runner.piece(token)
+            text = slot.stream.push(piece)
+            if slot.reasoning is not None:
+                slot.reasoning.observe(piece.decode("utf-8", errors="replace"))
             if text:
                 events.append(TextDelta(text, slot.unsent_tokens, slot.unsent_logprobs))
                 slot.unsent_tokens, slot.unsent_logprobs = [], []

@@ -96,7 +96,7 @@ class SlotKV:
         n_keep = slot.task.request.n_keep
         if n_keep < 0:
             n_keep = len(slot.prompt)
-        start, n_discard = context_shift(slot.n_past, n_keep)
+        start, n_discard = context_shift(slot.n_past, n_keep, slot.task.request.n_discard)
         self.runner.seq_remove(slot.id, start, start + n_discard)
         self.runner.seq_shift(slot.id, start + n_discard, slot.n_past, -n_discard)
         del slot.cache_tokens[start : start + n_discard]

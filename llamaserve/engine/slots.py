@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from llamaserve.engine.reasoning_budget import ReasoningBudget
 from llamaserve.engine.runner import Sampler
 from llamaserve.engine.textstream import TextStream
 from llamaserve.engine.types import EventSink, GenerationRequest, TokenLogprob
@@ -73,6 +74,7 @@ class Slot:
         self.prompt_logprobs: list[TokenLogprob] = []
         self.truncated = False  # a context shift dropped tokens during this request
         self.stream = TextStream()
+        self.reasoning: ReasoningBudget | None = None  # with a reasoning budget
         self.t_start = 0.0
         self.t_prompt_done = 0.0
 

@@ -5,12 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from llamaserve.engine.reasoning_budget import ReasoningBudgetSpec
 from llamaserve.engine.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
 class TokenLogprob:
-    """A token's log-probability and the k most likely tokens at its position."""
+    """A token's log-probability and the k most likely tokens at its position.
+
+    With post_sampling_probs these are logs of the probabilities after the sampler chain;
+    a token the chain removed has none (-inf), so `top` lists only the survivors.
+    """
 
     token: int
     logprob: float
@@ -29,9 +34,14 @@ class GenerationRequest:
     id_slot: int = -1
     t_max_predict_ms: int = 0
     n_keep: int = 0  # tokens kept at the start by a context shift; -1: the whole prompt
+    n_discard: int = 0  # tokens a context shift drops; 0: half of those after n_keep
     n_cache_reuse: int = -1  # smallest chunk reused by KV shifting; -1: the server's --cache-reuse
     lora: tuple[float, ...] = ()  # a scale per loaded adapter; () when none applies (the base model)
     n_probs: int = -1  # -1: no log-probabilities; k >= 0: the chosen token's plus the top k
+    # The probabilities after the sampler chain (top-k, top-p, temperature, … applied) instead
+    # of the model's raw distribution: llama-server's post_sampling_probs.
+    post_sampling_probs: bool = False
+    reasoning_budget: ReasoningBudgetSpec | None = None  # None: reasoning runs as long as the model likes
     prompt_logprobs: bool = False  # also score every prompt token (legacy completions' echo)
     echo_text: str = ""  # prompt text the answer starts with (legacy completions' echo)
 

@@ -47,6 +47,10 @@ class LlamaRunner:
         for row, index in zip(plan, sample_at):
             drawn = []
             for sampler in row.samplers:
+                if row.n_probs >= 0 and row.post_sampling:
+                    token, post = sampler.sample_post(ctx, index, row.n_probs)
+                    drawn.append(Sample(token, post))
+                    continue
                 token = sampler.sample(ctx, index)
                 lp = token_logprob(ctx, index, n_vocab, token, row.n_probs) if row.n_probs >= 0 else None
                 drawn.append(Sample(token, lp))

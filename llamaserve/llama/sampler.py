@@ -8,6 +8,7 @@ in ``_STAGES``.
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ import llama_cpp.llama_cpp as C
 import numpy as np
 
 from llamaserve.engine.sampling import GrammarError, SamplingParams, resolve_seed
+from llamaserve.engine.types import TokenLogprob
 from llamaserve.llama.grammar import grammar_sampler
 from llamaserve.llama.model import Model
 
@@ -84,6 +86,12 @@ def _temperature(model: Model, cfg: SamplingParams, keep: _Keepalive) -> Handle:
     return C.llama_sampler_init_temp_ext(cfg.temperature, cfg.dynatemp_range, cfg.dynatemp_exponent)
 
 
+def _infill(model: Model, cfg: SamplingParams, keep: _Keepalive) -> Handle:
+    # For fill-in-the-middle: merges tokens that are prefixes of one another and keeps
+    # only likely ones, or the end of generation when that outweighs all text.
+    return C.llama_sampler_init_infill(model.vocab)
+
+
 _STAGES: dict[str, Callable[[Model, SamplingParams, _Keepalive], Handle]] = {
     "penalties": _penalties,
     "dry": _dry,
@@ -93,6 +101,7 @@ _STAGES: dict[str, Callable[[Model, SamplingParams, _Keepalive], Handle]] = {
     "top_p": _top_p,
     "min_p": _min_p,
     "temperature": _temperature,
+    "infill": _infill,
 }
 
 
@@ -174,6 +183,10 @@ class SamplerChain:
         return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n,))
 
     def _draw(self, logits: np.ndarray, *, with_grammar: bool) -> int:
+        return self._apply(logits, with_grammar=with_grammar)[0]
+
+    def _apply(self, logits: np.ndarray, *, with_grammar: bool) -> tuple[int, np.ndarray]:
+        """Run the chain over every candidate: (the drawn token, the candidates left, with p)."""
         data = np.empty(len(logits), dtype=_TOKEN_DATA)
         data["id"] = np.arange(len(logits), dtype=np.int32)
         data["logit"] = logits
@@ -184,7 +197,27 @@ class SamplerChain:
         C.llama_sampler_apply(self.handle, ctypes.byref(arr))
         if arr.selected < 0:
             raise GrammarError("the grammar allows no token here")
-        return int(arr.data[arr.selected].id)
+        # The samplers work in place: sorting, shrinking `size`, and the final one writes p.
+        return int(arr.data[arr.selected].id), data[: arr.size]
+
+    def sample_post(self, ctx_handle: object, index: int, k: int) -> tuple[int, TokenLogprob]:
+        """Sample as `sample` does, and report the probabilities the chain left (post_sampling_probs)."""
+        logits = self._logits(ctx_handle, index)
+        # The same draws as `sample` makes (free first, the grammar only on a rejection), so a
+        # seed gives the same tokens with or without the probabilities.
+        token, left = self._apply(logits, with_grammar=False)
+        if self.grammar is not None and not self._grammar_allows(token):
+            token, left = self._apply(logits, with_grammar=True)
+        if self.grammar is not None:
+            C.llama_sampler_accept(self.grammar, token)
+        C.llama_sampler_accept(self.handle, token)
+        probs = {int(t): float(p) for t, p in zip(left["id"], left["p"]) if p > 0.0}
+        top = sorted(probs.items(), key=lambda item: -item[1])[: max(k, 0)]
+
+        def log(p: float) -> float:
+            return math.log(p) if p > 0.0 else -math.inf
+
+        return token, TokenLogprob(token, log(probs.get(token, 0.0)), tuple((t, log(p)) for t, p in top))
 
     def _grammar_allows(self, token: int) -> bool:
         single = (C.llama_token_data * 1)(C.llama_token_data(token, 1.0, 0.0))

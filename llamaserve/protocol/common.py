@@ -56,6 +56,9 @@ class SamplingFields(BaseModel):
     id_slot: int | None = Field(None, ge=-1)
     t_max_predict_ms: int | None = Field(None, ge=0)
     n_keep: int | None = Field(None, ge=-1)
+    # Tokens a context shift drops; 0: half of what follows n_keep. A negative value
+    # crashed llama-server (CVE-2026-21869): refused here with a 400.
+    n_discard: int | None = Field(None, ge=0)
     n_cache_reuse: int | None = Field(None, ge=0)
     lora: list[Any] | None = None  # [{"id": 0, "scale": 0.5}]: per-request adapter scales
     n_predict: int | None = Field(None, ge=-1)

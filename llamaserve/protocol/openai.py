@@ -46,6 +46,9 @@ class ChatCompletionRequest(SamplingFields):
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None
     reasoning_format: str | None = None
+    # llama-server's per-request --reasoning-budget (-1: unrestricted); Anthropic's
+    # thinking.budget_tokens arrives here too.
+    reasoning_budget_tokens: int | None = Field(None, ge=-1)
 
     @field_validator("stop")
     @classmethod

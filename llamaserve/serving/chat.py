@@ -21,6 +21,7 @@ from llamaserve.chat.reasoning import ReasoningSplitter, split_reasoning, templa
 from llamaserve.chat.template import TemplateError
 from llamaserve.chat.tools import ToolChoiceError, ToolFormat, chain, new_tool_call_id, normalize_tool_choice
 from llamaserve.chat.tools.generic import GenericFormat
+from llamaserve.engine.reasoning_budget import ReasoningBudgetSpec
 from llamaserve.engine.sampling import GrammarError
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
@@ -187,7 +188,27 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
     )
     if triggers:
         job = replace(job, sampling=replace(job.sampling, grammar_triggers=tuple(triggers)))
+    budget = _reasoning_budget(rt, req, plan, constrained=grammar is not None)
+    if budget is not None:
+        job = replace(job, reasoning_budget=budget)
     return ChatJobs(choices(rt, job, req.n), plan)
+
+
+def _reasoning_budget(
+    rt: ModelRuntime, req: ChatCompletionRequest, plan: ChatPlan, *, constrained: bool
+) -> ReasoningBudgetSpec | None:
+    """The request's reasoning budget (else --reasoning-budget) for the engine; None when unlimited.
+
+    Only where reasoning is parsed (`<think>` blocks) and no grammar shapes the output: a
+    grammar or a tool-call format decides the text itself, and forced tokens would break it.
+    """
+    budget = req.reasoning_budget_tokens if req.reasoning_budget_tokens is not None else rt.config.reasoning_budget
+    if budget < 0 or plan.reasoning_format == "none" or constrained:
+        return None
+    message = rt.config.reasoning_budget_message
+    close = (f"\n{message}" if message else "") + "\n</think>\n\n"
+    tokens = rt.model.tokenize(close, add_special=False, parse_special=True)
+    return ReasoningBudgetSpec(budget=budget, close_tokens=tuple(tokens), opened_by_prompt=plan.reasoning_open)
 
 
 def _message(parsed: ParsedMessage) -> dict[str, Any]:
@@ -228,7 +249,9 @@ def _envelope(rt: ModelRuntime, obj: str) -> dict[str, Any]:
 
 
 def _logprobs(rt: ModelRuntime, job: GenerationRequest, items: list[Any]) -> dict[str, Any] | None:
-    return {"content": logprobs.openai_chat(rt.model, items)} if job.n_probs >= 0 else None
+    return (
+        {"content": logprobs.openai_chat(rt.model, items, post=job.post_sampling_probs)} if job.n_probs >= 0 else None
+    )
 
 
 async def chat_complete(rt: ModelRuntime, jobs: list[GenerationRequest]) -> dict[str, Any]:

@@ -59,9 +59,11 @@ def build_request(
         id_slot=-1 if req.id_slot is None else req.id_slot,
         t_max_predict_ms=req.t_max_predict_ms or 0,
         n_keep=rt.config.n_keep if req.n_keep is None else req.n_keep,
+        n_discard=req.n_discard or 0,
         n_cache_reuse=-1 if req.n_cache_reuse is None else req.n_cache_reuse,
         lora=rt.lora.for_request(req.lora),
         n_probs=n_probs,
+        post_sampling_probs=bool(req.post_sampling_probs),
     )
 
 
@@ -92,6 +94,7 @@ def generation_settings(rt: ModelRuntime, request: GenerationRequest) -> dict[st
             "n_predict": request.n_predict,
             "max_tokens": request.n_predict,
             "n_keep": request.n_keep,
+            "n_discard": request.n_discard,
             "stop": list(request.stop),
             "n_ctx": rt.n_ctx_slot,
             "model": rt.alias,
@@ -171,7 +174,7 @@ def _native_final(
         "timings": fin.timings.to_json(),
     }
     if job.n_probs >= 0:
-        body["completion_probabilities"] = logprobs.native(rt.model, result.logprobs)
+        body["completion_probabilities"] = logprobs.native(rt.model, result.logprobs, post=job.post_sampling_probs)
     return body
 
 
@@ -207,7 +210,9 @@ async def native_stream(
                 "tokens_evaluated": len(job.prompt_tokens),
             }
             if job.n_probs >= 0:
-                chunk["completion_probabilities"] = logprobs.native(rt.model, event.logprobs)
+                chunk["completion_probabilities"] = logprobs.native(
+                    rt.model, event.logprobs, post=job.post_sampling_probs
+                )
             yield data_event(chunk)
         else:
             yield data_event(_native_final(rt, job, 0, generate.Completion(finished=event), prompt, req.return_tokens))

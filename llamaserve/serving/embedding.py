@@ -89,6 +89,10 @@ def _usage(inputs: list[list[int]]) -> dict[str, int]:
 async def openai_embeddings(rt: ModelRuntime, req: EmbeddingRequest) -> dict[str, Any]:
     if not _embedder(rt).pooled:
         raise APIError("Pooling type 'none' is not OAI compatible. Please use a different pooling type")
+    if req.dimensions is not None and req.dimensions != rt.info.n_embd:
+        # Shortening is only meaningful for models trained for it (Matryoshka); refuse rather
+        # than hand back a vector that is not what the client asked for.
+        raise APIError(f"dimensions: this model's embeddings have {rt.info.n_embd} dimensions and cannot be shortened")
     inputs = _inputs(rt, req.input)
     vectors = await _embed(rt, inputs)
     data = []

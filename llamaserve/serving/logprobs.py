@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,31 +15,33 @@ def _text(model: Vocabulary, token: int) -> tuple[str, list[int]]:
     return raw.decode("utf-8", errors="replace"), list(raw)
 
 
-def _entry(model: Vocabulary, token: int, logprob: float, with_id: bool) -> dict[str, Any]:
+def _entry(model: Vocabulary, token: int, logprob: float, with_id: bool, post: bool) -> dict[str, Any]:
     text, raw = _text(model, token)
     entry: dict[str, Any] = {"id": token} if with_id else {}
-    entry.update({"token": text, "bytes": raw, "logprob": logprob})
+    entry.update({"token": text, "bytes": raw})
+    # post_sampling_probs: llama-server reports probabilities, not their logs.
+    entry["prob" if post else "logprob"] = math.exp(logprob) if post else logprob
     return entry
 
 
-def _entries(model: Vocabulary, items: list[TokenLogprob], with_id: bool) -> list[dict[str, Any]]:
+def _entries(model: Vocabulary, items: list[TokenLogprob], with_id: bool, post: bool) -> list[dict[str, Any]]:
     return [
         {
-            **_entry(model, lp.token, lp.logprob, with_id),
-            "top_logprobs": [_entry(model, tok, value, with_id) for tok, value in lp.top],
+            **_entry(model, lp.token, lp.logprob, with_id, post),
+            "top_probs" if post else "top_logprobs": [_entry(model, t, v, with_id, post) for t, v in lp.top],
         }
         for lp in items
     ]
 
 
-def openai_chat(model: Vocabulary, items: list[TokenLogprob]) -> list[dict[str, Any]]:
+def openai_chat(model: Vocabulary, items: list[TokenLogprob], *, post: bool = False) -> list[dict[str, Any]]:
     """`choices[].logprobs.content[]` of the chat API."""
-    return _entries(model, items, with_id=False)
+    return _entries(model, items, with_id=False, post=post)
 
 
-def native(model: Vocabulary, items: list[TokenLogprob]) -> list[dict[str, Any]]:
+def native(model: Vocabulary, items: list[TokenLogprob], *, post: bool = False) -> list[dict[str, Any]]:
     """`completion_probabilities` of /completion (the same entries, with token ids)."""
-    return _entries(model, items, with_id=True)
+    return _entries(model, items, with_id=True, post=post)
 
 
 def legacy(model: Vocabulary, items: Sequence[TokenLogprob | int], offset: int = 0) -> dict[str, Any]:

@@ -108,7 +108,7 @@ def parse_arguments(arguments: Any) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         log.warning("tool call arguments are not JSON: %.200r", arguments)
         return {}
     return value if isinstance(value, dict) else {"value": value}

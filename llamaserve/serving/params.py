@@ -115,7 +115,25 @@ def sampling_config(req: SamplingFields, defaults: SamplingParams, model: Vocabu
         changes["samplers"] = _samplers(req.samplers)
     if req.logit_bias:
         changes["logit_bias"] = logit_bias(model, req.logit_bias)
-    return replace(defaults, **changes) if changes else defaults
+    params = replace(defaults, **changes) if changes else defaults
+    _check_infill_order(params)
+    return params
+
+
+# llama.cpp's infill sampler compares every pair of candidates: over a whole vocabulary
+# (49k tokens) one draw takes seconds, stalling every slot. It must follow a top_k this small.
+INFILL_MAX_CANDIDATES = 1000
+
+
+def _check_infill_order(params: SamplingParams) -> None:
+    if "infill" not in params.samplers or params.mirostat:
+        return
+    before = params.samplers[: params.samplers.index("infill")]
+    if "top_k" not in before or not 0 < params.top_k <= INFILL_MAX_CANDIDATES:
+        raise APIError(
+            f"samplers: 'infill' must come after 'top_k' with top_k between 1 and {INFILL_MAX_CANDIDATES} "
+            "(over the whole vocabulary it takes seconds per token)"
+        )
 
 
 def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:

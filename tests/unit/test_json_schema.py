@@ -106,8 +106,8 @@ CASES: dict[str, tuple[Any, list[Any], list[Any]]] = {
             {"name": "Ann", "age": 30, "email": "not an email"},
             {"name": "Ann", "age": 3.5},
             {"age": 30, "name": "Ann"},  # properties come in declared order
-            Raw('{"name":"Ann","age":30}\n\n'),
-            Raw('{\n\n"name":"Ann","age":30}'),  # one newline per whitespace slot
+            Raw('{"name":"Ann","age":30}\n\n\n'),
+            Raw('{\n\n\n"name":"Ann","age":30}'),  # at most two newlines per whitespace slot
             Raw("{\n" + " " * 21 + '"name":"Ann","age":30}'),  # bounded indentation
         ],
     ),
@@ -155,10 +155,21 @@ CASES: dict[str, tuple[Any, list[Any], list[Any]]] = {
         [{"a": 0, "d": 2}, {"b": 1}, {"a": 0, "b": 1, "c": 3}],
     ),
     "additional-default": (
+        # Declared properties and no additionalProperties: only the declared ones (llama.cpp's rule).
         {"type": "object", "properties": {"age": {"type": "integer"}}, "required": []},
+        [{}, {"age": 3}],
+        [{"age": "x"}, {"agex": "x"}, {"ag": "x"}, {"age": 3, "zzz": [1]}, {"x": 1, "y": 2}],
+    ),
+    "additional-true": (
+        {"type": "object", "properties": {"age": {"type": "integer"}}, "additionalProperties": True},
         [{}, {"age": 3}, {"agex": "x"}, {"ag": "x"}, {"age": 3, "zzz": [1]}, {"x": 1, "y": 2}],
         # An omitted declared property cannot come back as an "extra" with the wrong type.
         [{"age": "x"}, Raw('{"age":3,"age2":1,"age":4}')],
+    ),
+    "object-without-properties": (
+        {"type": "object"},
+        [{}, {"x": 1, "y": [2]}],
+        [[], "x"],
     ),
     "additional-schema": (
         {
@@ -443,7 +454,11 @@ CASES: dict[str, tuple[Any, list[Any], list[Any]]] = {
         [{}],
     ),
     "not-keys": (
-        {"type": "object", "properties": {k: {"type": "integer"} for k in ["a", "ab", "abc", "b", 'x"y', "é"]}},
+        {
+            "type": "object",
+            "properties": {k: {"type": "integer"} for k in ["a", "ab", "abc", "b", 'x"y', "é"]},
+            "additionalProperties": True,
+        },
         [{"a": 1}, {"abcd": "s"}, {"e": "x"}, {"": None}, {"a": 1, "ac": "s"}, {'x"y': 2}],
         # a declared name can only appear as itself, with its own schema
         [{"a": "s"}, {"ab": "s"}, {"é": "x"}, {'x"y': "s"}, Raw('{"\\u0061":"s"}')],
@@ -937,6 +952,9 @@ GRAMMAR_STRICTER_THAN_SCHEMA: dict[str, set[str]] = {
     "format-email": {'"a@b"', '"a..b@c.com"', '"@b.com"', '"a@-b.com"'},
     # `properties` without `type` means an object to us, as in llama.cpp's converter.
     "inferred-object": {"1"},
+    # Declared properties and no additionalProperties: no extra keys (llama.cpp's rule, on
+    # purpose: offered free keys, models invent them until max_tokens).
+    "additional-default": {'{"agex":"x"}', '{"ag":"x"}', '{"age":3,"zzz":[1]}', '{"x":1,"y":2}'},
 }
 
 # Cases written in an older dialect than the 2020-12 default.

@@ -48,6 +48,12 @@ def test_context_shift_keeps_the_head_and_drops_half_the_rest() -> None:
     assert keep <= 8 and n >= 1
 
 
+def test_context_shift_drops_n_discard_tokens_when_given() -> None:
+    assert context_shift(n_past=511, n_keep=100, n_discard=50) == (100, 50)
+    # More than is there: all but one of the tokens after n_keep go.
+    assert context_shift(n_past=511, n_keep=100, n_discard=10_000) == (100, 410)
+
+
 def test_prompt_cache_evicts_least_recently_used_and_drops_superseded_entries() -> None:
     cache = PromptCache(limit_bytes=3 * (100 + 4 * 3))
     cache.put([1, 2, 3], b"a" * 100)
@@ -127,6 +133,15 @@ def test_context_shift_lets_generation_run_past_the_slot_size() -> None:
     assert c.finished.truncated
     assert s.stats.context_shifts >= 3
     assert runner.tokens(0)[:2] == [1, 2]  # n_keep tokens survive every shift
+
+
+def test_context_shift_uses_the_requests_n_discard() -> None:
+    s, runner = make(policy=CachePolicy(context_shift=True), n_ctx_seq=32, n_batch=32)
+    _, c = submit(s, [1, 2, 3, 4], n_predict=40, n_keep=2, n_discard=5)
+    run_until_idle(s)
+    assert c.finished is not None and c.finished.n_predicted == 40 and c.finished.truncated
+    # Every shift slid the tail back by exactly n_discard cells, just after the kept head.
+    assert runner.shifts and all(start == 2 + 5 and delta == -5 for _, start, _, delta in runner.shifts)
 
 
 def test_without_context_shift_a_full_slot_stops() -> None:

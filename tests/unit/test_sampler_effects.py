@@ -192,3 +192,10 @@ def test_sampler_order_changes_the_result(row: Row) -> None:
     assert set(row.draws(order_a)) <= set(row.ranked[:2])
     without_top_k = replace(NEUTRAL, top_k=2, temperature=3.0, samplers=("temperature",))
     assert len(row.draws(without_top_k)) > 2
+
+
+def test_infill_keeps_few_merged_choices(row: Row) -> None:
+    """llama.cpp's infill sampler merges prefix tokens and drops those below 20% (or keeps
+    only end-of-generation), so a handful of choices at most remain."""
+    counts = row.draws(replace(NEUTRAL, top_k=40, samplers=("top_k", "infill", "temperature")))
+    assert len(counts) <= 5 < len(row.draws(replace(NEUTRAL, top_k=40, samplers=("top_k", "temperature")))), counts

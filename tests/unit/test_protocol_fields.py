@@ -1,0 +1,37 @@
+"""Every field our request models declare is read by the code that serves it.
+
+An accepted-but-ignored parameter is a bug: a field is either used or refused
+with a 400 (by its validator). This scans serving/ and api/ for each declared
+field name, as an attribute (`req.top_k`) or a key (`"top_k"`), so a field
+added to a model and forgotten by the serving code fails here. Fields we do
+not declare are ignored, as llama-server ignores them (tests/server/test_contract.py).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz_bodies import declared_fields
+
+ROOT = Path(__file__).resolve().parents[2] / "llamaserve"
+
+
+def _serving_source() -> str:
+    return "\n".join(p.read_text() for part in ("serving", "api") for p in sorted((ROOT / part).rglob("*.py")))
+
+
+SOURCE = _serving_source()
+READ = set(re.findall(r"\.(\w+)\b", SOURCE)) | set(re.findall(r"[\"'](\w+)[\"']", SOURCE))
+
+
+@pytest.mark.parametrize("field", declared_fields())
+def test_declared_field_is_read(field: str) -> None:
+    assert field in READ, f"{field!r} is declared by a request model but serving/ and api/ never read it"
+
+
+def test_the_scan_is_not_vacuous() -> None:
+    assert "top_k" in READ and "no_such_field_anywhere" not in READ
+    assert len(declared_fields()) > 80
