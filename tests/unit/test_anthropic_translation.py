@@ -187,7 +187,7 @@ def test_request_translation_covers_blocks_tools_and_thinking() -> None:
     ]
     assert chat.tool_choice == "required" and chat.parallel_tool_calls is False
     assert chat.chat_template_kwargs == {"foo": 1, "enable_thinking": True}
-    assert (chat.model_extra or {})["reasoning_budget_tokens"] == 512
+    assert chat.reasoning_budget_tokens == 512
     assert chat.stop == ["END"] and chat.max_tokens == 16 and chat.n == 1
     assert chat.temperature == 0.5 and chat.top_k == 7 and chat.min_p == 0.1
     assert "metadata" not in (chat.model_extra or {})
