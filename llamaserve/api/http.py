@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from llamaserve.api.sse import sse_response, until_disconnect
 from llamaserve.errors import APIError, validation_message
+from llamaserve.jsondepth import nests_deeper
 from llamaserve.serving.generate import Tagged, token_counts
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
@@ -64,19 +65,6 @@ async def read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _too_deep(value: Any, limit: int) -> bool:
-    """Whether arrays and objects nest deeper than `limit` (walked with a stack, not recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict | list):
-            if depth > limit:
-                return True
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
-
-
 def parse_json(raw: bytes) -> Any:
     """A request body as JSON; not JSON, not UTF-8 or nested too deep is a 400 that says which."""
     too_deep = APIError(f"the request body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels")
@@ -88,7 +76,7 @@ def parse_json(raw: bytes) -> Any:
         raise APIError(f"the request body is not valid JSON: {exc.msg} at position {exc.pos}") from None
     except RecursionError:
         raise too_deep from None
-    if _too_deep(data, MAX_JSON_DEPTH):
+    if nests_deeper(data, MAX_JSON_DEPTH):
         raise too_deep
     return data
 

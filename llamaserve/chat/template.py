@@ -43,6 +43,7 @@ import jinja2.sandbox
 from jinja2.exceptions import SecurityError
 
 from llamaserve.chat.template_caps import TemplateCaps, probe_caps
+from llamaserve.jsondepth import nests_deeper
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -143,18 +144,6 @@ def _tojson(
 
 
 MAX_ARGUMENT_DEPTH = 64
-
-
-def _nests_deeper(value: Any, limit: int) -> bool:
-    """Whether lists and dicts in `value` nest deeper than `limit` (iterative: no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
 
 
 def _from_json(value: str) -> Any:
@@ -311,7 +300,7 @@ def _normalize_tool_calls(tool_calls: Any, *, parse_arguments: bool) -> Any:
             # ``arguments | tojson`` expecting a mapping, and a bare number or list is not one.
             # One nested deeper than any real call stays a string: copying and rendering it
             # would recurse past Python's limit.
-            if isinstance(parsed, dict) and not _nests_deeper(parsed, MAX_ARGUMENT_DEPTH):
+            if isinstance(parsed, dict) and not nests_deeper(parsed, MAX_ARGUMENT_DEPTH):
                 function["arguments"] = parsed
     return tool_calls
 

@@ -22,7 +22,9 @@ PACKAGE = ROOT / "llamaserve"
 # Which of our top-level parts each part may import (its own part is always allowed).
 # "engine.sampling" allows just that module; "engine" allows the whole package.
 ALLOWED: dict[str, set[str]] = {
-    "chat": set(),
+    # jsondepth is a leaf (it imports nothing of ours) that bounds request nesting everywhere.
+    "jsondepth": set(),
+    "chat": {"jsondepth"},
     "protocol": set(),
     "errors": set(),
     "sse": set(),
@@ -32,8 +34,8 @@ ALLOWED: dict[str, set[str]] = {
     "llama": {"engine.types", "engine.sampling", "engine.runner", "engine.backend"},
     "config": {"engine.sampling"},
     "hub": {"config"},
-    "serving": {"engine", "chat", "protocol", "errors", "sse", "config"},
-    "api": {"serving", "protocol", "errors", "sse", "config", "webui"},
+    "serving": {"engine", "chat", "protocol", "errors", "sse", "config", "jsondepth"},
+    "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth"},
     "cli": {"config", "engine.sampling", "hub", "compose"},
     "compose": {"*"},  # the composition root wires everything together
     "__main__": {"cli"},
