@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import time
+from contextlib import ExitStack
 from typing import Any
 
 from llamaserve.api import server
@@ -89,9 +90,19 @@ def cache_policy(config: ServerConfig) -> CachePolicy:
 
 
 def load_runtime(config: ServerConfig) -> ModelRuntime:
-    """Load the model and build everything that serves it; the scheduler thread is running on return."""
+    """Load the model and build everything that serves it; the scheduler thread is running on return.
+
+    A step that fails half-way (a template that does not compile, a bad adapter) frees the
+    native memory already taken: a reload after sleeping must not leak a model per failure.
+    """
+    with ExitStack() as undo:
+        return _build_runtime(config, undo)
+
+
+def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     t0 = time.perf_counter()
     model = Model(config.model, n_gpu_layers=config.n_gpu_layers, use_mmap=config.use_mmap)
+    undo.callback(model.close)
     info = model.info()
     n_slots = config.effective_parallel
     n_ctx = config.ctx_size or info.n_ctx_train
@@ -110,10 +121,13 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
         flash_attn=config.flash_attn,
     )
     context = Context(model, settings)
+    undo.callback(context.close)
     try:
         adapters = load_adapters(model, [path for path, _ in config.lora])
     except LoraError as exc:
         raise ConfigError(str(exc)) from exc
+    for adapter in adapters:
+        undo.callback(adapter.close)
     runner = LlamaRunner(model, context, adapters)
     scheduler = Scheduler(
         runner, n_slots, slot_prompt_similarity=config.slot_prompt_similarity, cache=cache_policy(config)
@@ -153,13 +167,9 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
         n_slots,
         context.n_ctx_seq,
     )
-
-    def release() -> None:
-        context.close()
-        for adapter in adapters:
-            adapter.close()
-        model.close()
-
+    # Loaded: the runtime owns the native objects now, freed in reverse order (adapters,
+    # context, model) when it closes.
+    release = undo.pop_all().close
     return ModelRuntime(
         config=config,
         model=model,
