@@ -14,7 +14,13 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from llamaserve.config import ConfigError, ServerConfig, embedded_default_model
-from llamaserve.engine.sampling import DEFAULT_SAMPLERS, SAMPLER_ALIASES, SAMPLER_LETTERS, SamplingParams
+from llamaserve.engine.sampling import (
+    DEFAULT_SAMPLERS,
+    SAMPLER_ALIASES,
+    SAMPLER_LETTERS,
+    SCALAR_KNOBS,
+    SamplingParams,
+)
 
 TRUE_WORDS = {"1", "true", "on", "enabled", "yes"}
 FALSE_WORDS = {"0", "false", "off", "disabled", "no"}
@@ -190,32 +196,6 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(("--sampler-seq", "--sampling-seq"), "sampler_seq"),
 )
 
-_SAMPLING_FIELDS = {
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "typical_p",
-    "top_n_sigma",
-    "xtc_probability",
-    "xtc_threshold",
-    "repeat_last_n",
-    "repeat_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "dry_multiplier",
-    "dry_base",
-    "dry_allowed_length",
-    "dry_penalty_last_n",
-    "dynatemp_range",
-    "dynatemp_exponent",
-    "mirostat",
-    "mirostat_eta",
-    "mirostat_tau",
-    "seed",
-    "ignore_eos",
-}
-
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
@@ -307,7 +287,7 @@ def config_from_args(argv: Sequence[str], environ: dict[str, str] | None = None)
         if value is not None:
             values[opt.dest] = value
 
-    sampling: dict[str, Any] = {k: values.pop(k) for k in list(values) if k in _SAMPLING_FIELDS}
+    sampling: dict[str, Any] = {k: values.pop(k) for k in list(values) if k in SCALAR_KNOBS}
     if "samplers" in values:
         sampling["samplers"] = parse_samplers(values.pop("samplers"))
     if "sampler_seq" in values:

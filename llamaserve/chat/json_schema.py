@@ -83,15 +83,16 @@ without ``if``, ``if`` without ``then``/``else``, and any keyword JSON Schema do
 Whitespace: one optional whitespace slot after every token, ``| " " | "\\n"{1,2} [ \\t]{0,20}``
 (llama.cpp's rule), so the model may pretty-print but can never loop on whitespace.
 
-The converter (the keywords, the ``_Converter`` walk and the public API) is here; its parts are
-``schema_common`` (errors, limits), ``gbnf_text`` (GBNF text and the shared JSON rules),
+The converter (the ``_Converter`` walk, its rule builders and the public API) is here; its parts
+are ``schema_common`` (errors, limits, reading keyword values), ``schema_keywords`` (which keywords
+are enforced or ignored), ``schema_allof`` (merging allOf), ``schema_instances`` (whether a value
+satisfies a schema, for enum/const), ``gbnf_text`` (GBNF text and the shared JSON rules),
 ``schema_regex`` (``pattern`` and ``format``) and ``schema_numbers`` (numeric ranges). Together
 they import nothing else from llamaserve and nothing outside the standard library.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
@@ -99,7 +100,7 @@ import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Final
 
 from llamaserve.chat.gbnf_text import (
@@ -121,15 +122,20 @@ from llamaserve.chat.gbnf_text import (
     _seq,
     _strip_group,
 )
+from llamaserve.chat.schema_allof import AllOfMerger
 from llamaserve.chat.schema_common import (
     _DIRECT_REPEAT,
     _MAX_DEPTH,
     SchemaError,
+    _count,
+    _decimal,
     _err,
     _ptr,
     _unsat,
     _Unsatisfiable,
 )
+from llamaserve.chat.schema_instances import InstanceChecker, json_eq
+from llamaserve.chat.schema_keywords import _FAMILIES, _SUPPORTED, _TYPES, _trivial
 from llamaserve.chat.schema_numbers import _SIGNIFICANT_DIGITS, _int_range_alts, _number_range_alts
 from llamaserve.chat.schema_regex import (
     _FORMATS,
@@ -153,145 +159,6 @@ __all__ = [
     "schema_to_grammar",
 ]
 # --------------------------------------------------------------------------------------------
-# JSON values (for enum/const filtering).
-
-
-def _json_type_ok(value: Any, name: str) -> bool:
-    if name == "null":
-        return value is None
-    if name == "boolean":
-        return isinstance(value, bool)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "array":
-        return isinstance(value, list)
-    if name == "object":
-        return isinstance(value, dict)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return name == "number" or isinstance(value, int) or float(value).is_integer()
-
-
-def _json_eq(a: Any, b: Any) -> bool:
-    """JSON equality: numbers by value (1 == 1.0) but booleans are not numbers."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_eq(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_eq(a[k], b[k]) for k in a)
-    return type(a) is type(b) and bool(a == b)
-
-
-# --------------------------------------------------------------------------------------------
-# Keywords.
-
-_IGNORED: Final = frozenset(
-    {
-        "title",
-        "description",
-        "examples",
-        "default",
-        "$schema",
-        "$id",
-        "$anchor",
-        "$comment",
-        "$dynamicAnchor",
-        "$recursiveAnchor",
-        "$vocabulary",
-        "$defs",
-        "definitions",
-        "deprecated",
-        "readOnly",
-        "writeOnly",
-        "contentEncoding",
-        "contentMediaType",
-        "contentSchema",
-    }
-)
-_SUPPORTED: Final = frozenset(
-    {
-        "type",
-        "enum",
-        "const",
-        "properties",
-        "required",
-        "additionalProperties",
-        "minProperties",
-        "maxProperties",
-        "items",
-        "prefixItems",
-        "minItems",
-        "maxItems",
-        "uniqueItems",
-        "minLength",
-        "maxLength",
-        "pattern",
-        "format",
-        "minimum",
-        "maximum",
-        "exclusiveMinimum",
-        "exclusiveMaximum",
-        "multipleOf",
-        "anyOf",
-        "oneOf",
-        "allOf",
-        "$ref",
-    }
-)
-_TYPES: Final = ("null", "boolean", "object", "array", "string", "number", "integer")
-_FAMILIES: Final[dict[str, frozenset[str]]] = {
-    "object": frozenset({"properties", "required", "additionalProperties", "minProperties", "maxProperties"}),
-    "array": frozenset({"items", "prefixItems", "minItems", "maxItems", "uniqueItems"}),
-    "string": frozenset({"minLength", "maxLength", "pattern"}),
-    "number": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}),
-}
-_MIN_KEYWORDS: Final = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
-_MAX_KEYWORDS: Final = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
-
-
-def _trivial(schema: Any) -> bool:
-    """A subschema that accepts everything (true, or only annotations)."""
-    return schema is True or (isinstance(schema, dict) and all(k in _IGNORED for k in schema))
-
-
-def _and(a: Any, b: Any) -> Any:
-    """Conjunction of two subschemas, lazily (as allOf) unless one side is trivial."""
-    if a is False or b is False:
-        return False
-    if _trivial(a):
-        return b
-    if _trivial(b):
-        return a
-    return {"allOf": [a, b]}
-
-
-def _decimal(value: Any, path: str) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _err(path, "expected a number")
-    try:
-        d = Decimal(value) if isinstance(value, int) else Decimal(repr(value))
-    except InvalidOperation:  # pragma: no cover - repr of a float always parses
-        raise _err(path, "expected a finite number") from None
-    if not d.is_finite():
-        raise _err(path, "expected a finite number")
-    return d
-
-
-def _count(schema: Mapping[str, Any], key: str, path: str) -> int | None:
-    value = schema.get(key)
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _err(_ptr(path, key), "expected a non-negative integer")
-    return value
-
-
-# --------------------------------------------------------------------------------------------
 # The converter.
 
 
@@ -314,6 +181,8 @@ class _Converter:
         self.block_rules: dict[tuple[str, int], str] = {}
         self.free_rules: dict[tuple[str, int], str] = {}
         self.root_id = root.get("$id") if isinstance(root, dict) else None
+        self.instances = InstanceChecker(self.normalize, self.resolve)  # filters enum/const values
+        self.allof = AllOfMerger(self.normalize, self.resolve, self.tick, max_rules)
 
     # ---- budget ----------------------------------------------------------------------------
 
@@ -589,7 +458,7 @@ class _Converter:
             # Since 2019-09, keywords next to $ref apply too: it is an allOf of both.
             s = {"allOf": [{"$ref": s.pop("$ref")}, s]}
         if "allOf" in s:
-            s = self.merge_all(s, path)
+            s = self.allof.merge_all(s, path)
         if "anyOf" in s or "oneOf" in s:
             return self.alternatives(s, path, hint)
         if "enum" in s or "const" in s:
@@ -659,141 +528,7 @@ class _Converter:
             return self.object(s, path, hint)
         return self.array(s, path, hint)
 
-    # ---- composition -----------------------------------------------------------------------
-
-    def flatten(self, schema: Any, path: str, depth: int, out: list[tuple[dict[str, Any], str]]) -> None:
-        """Collect the keyword groups of an allOf tree, inlining $refs and nested allOfs."""
-        self.tick(path)
-        if depth > _MAX_DEPTH:
-            raise _err(path, "allOf/$ref nesting too deep (size budget exceeded)")
-        if schema is True:
-            return
-        if schema is False:
-            raise _unsat(path, "the schema 'false' matches nothing")
-        if not isinstance(schema, dict):
-            raise _err(path, f"a schema must be an object or a boolean, not {type(schema).__name__}")
-        rest = self.normalize(schema, path)
-        subs = rest.pop("allOf", [])
-        ref = rest.pop("$ref", None)
-        if rest:
-            out.append((rest, path))
-        if ref is not None:
-            target, pointer = self.resolve(ref, _ptr(path, "$ref"))
-            self.flatten(target, pointer, depth + 1, out)
-        for i, sub in enumerate(subs):
-            self.flatten(sub, _ptr(path, "allOf", i), depth + 1, out)
-
-    def merge_all(self, s: dict[str, Any], path: str) -> dict[str, Any]:
-        parts: list[tuple[dict[str, Any], str]] = []
-        self.flatten(s, path, 0, parts)
-        choices: list[list[Any]] = []
-        merged: dict[str, Any] = {}
-        for part, ppath in parts:
-            part = dict(part)
-            for key in ("anyOf", "oneOf"):
-                if key in part:
-                    choices.append(list(part.pop(key)))
-            merged = self.merge_two(merged, part, ppath)
-        if choices:
-            # (A|B) & (C|D) = AC | AD | BC | BD: distribute, within the size budget.
-            if math.prod(len(c) for c in choices) > self.max_rules:
-                raise _err(path, f"allOf of anyOf/oneOf expands beyond the size budget of {self.max_rules} rules")
-            merged["anyOf"] = [
-                combo[0] if len(combo) == 1 else {"allOf": list(combo)} for combo in itertools.product(*choices)
-            ]
-        return merged
-
-    def merge_two(self, a: dict[str, Any], b: dict[str, Any], path: str) -> dict[str, Any]:
-        """Conjunction of two normalized keyword groups (no allOf/$ref/anyOf/oneOf in them)."""
-        self.tick(path)
-        out = dict(a)
-        b = dict(b)
-        for side in (out, b):
-            if "const" in side:
-                const = side.pop("const")
-                side["enum"] = [v for v in side.get("enum", [const]) if _json_eq(v, const)]
-        object_keys = ("properties", "additionalProperties")
-        if any(k in out for k in object_keys) and any(k in b for k in object_keys):
-            self.merge_objects(out, b, path)
-        array_keys = ("prefixItems", "items")
-        if any(k in out for k in array_keys) and any(k in b for k in array_keys):
-            self.merge_arrays(out, b, path)
-        for key, value in b.items():
-            kpath = _ptr(path, key)
-            if key not in out:
-                out[key] = value
-                continue
-            old = out[key]
-            if key == "type":
-                ta = set(old if isinstance(old, list) else [old])
-                tb = set(value if isinstance(value, list) else [value])
-                both = ta & tb
-                if ("number" in ta and "integer" in tb) or ("integer" in ta and "number" in tb):
-                    both.add("integer")
-                if not both:
-                    raise _unsat(kpath, "allOf requires incompatible types")
-                out[key] = [t for t in _TYPES if t in both]
-            elif key == "enum":
-                out[key] = [v for v in old if any(_json_eq(v, w) for w in value)]
-            elif key in _MIN_KEYWORDS:
-                out[key] = max(old, value, key=lambda v: _decimal(v, kpath))
-            elif key in _MAX_KEYWORDS:
-                out[key] = min(old, value, key=lambda v: _decimal(v, kpath))
-            elif key == "required":
-                out[key] = list(dict.fromkeys([*old, *value]))
-            elif key == "uniqueItems":
-                out[key] = bool(old) or bool(value)
-            elif key == "format" and (old not in _FORMATS or value not in _FORMATS):
-                out[key] = old if old in _FORMATS else value
-            elif key == "properties":
-                merged = dict(old)
-                for name, sub in value.items():
-                    merged[name] = _and(merged[name], sub) if name in merged else sub
-                out[key] = merged
-            elif not _json_eq(old, value):
-                raise _err(kpath, f"allOf combines two different {key!r} values, which is not supported")
-        return out
-
-    @staticmethod
-    def merge_objects(a: dict[str, Any], b: dict[str, Any], path: str) -> None:
-        """Merge object keywords of ``b`` into ``a`` (both sides have properties/additional).
-
-        A property declared on one side only must also satisfy the other side's
-        additionalProperties; ``false`` there forbids it (kept as a ``false`` property so it is
-        never offered as an "additional" name either).
-        """
-        pa = a.get("properties", {})
-        pb = b.pop("properties", {})
-        if not isinstance(pa, dict) or not isinstance(pb, dict):
-            raise _err(_ptr(path, "properties"), "expected an object")
-        add_a = a.get("additionalProperties", True)
-        add_b = b.pop("additionalProperties", True)
-        merged = {}
-        for name in dict.fromkeys([*pa, *pb]):
-            merged[name] = _and(pa.get(name, add_a), pb.get(name, add_b))
-        a["properties"] = merged
-        add = _and(add_a, add_b)
-        if add is True:
-            a.pop("additionalProperties", None)
-        else:
-            a["additionalProperties"] = add
-
-    @staticmethod
-    def merge_arrays(a: dict[str, Any], b: dict[str, Any], path: str) -> None:
-        pa = a.get("prefixItems", [])
-        pb = b.pop("prefixItems", [])
-        if not isinstance(pa, list) or not isinstance(pb, list):
-            raise _err(_ptr(path, "prefixItems"), "expected an array")
-        ia = a.get("items", True)
-        ib = b.pop("items", True)
-        n = max(len(pa), len(pb))
-        if n:
-            a["prefixItems"] = [_and(pa[i] if i < len(pa) else ia, pb[i] if i < len(pb) else ib) for i in range(n)]
-        items = _and(ia, ib)
-        if items is True:
-            a.pop("items", None)
-        else:
-            a["items"] = items
+    # ---- composition ----------------------------------------------------------------------
 
     def alternatives(self, s: dict[str, Any], path: str, hint: str) -> str:
         base = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf")}
@@ -823,7 +558,7 @@ class _Converter:
     def enum(self, s: dict[str, Any], path: str) -> str:
         values: list[Any] = list(s["enum"]) if "enum" in s else [s["const"]]
         if "enum" in s and "const" in s:
-            values = [v for v in values if _json_eq(v, s["const"])]
+            values = [v for v in values if json_eq(v, s["const"])]
         rest = {k: v for k, v in s.items() if k not in ("enum", "const")}
         literals: dict[str, None] = {}
         size = 0
@@ -831,7 +566,7 @@ class _Converter:
         for i, value in enumerate(values):
             if i % 64 == 0:
                 self.tick(path)
-            if rest and not self.instance_ok(value, rest, path, 0):
+            if rest and not self.instances.valid(value, rest, path):
                 continue
             try:
                 lit = _json_value_gbnf(value, ws)
@@ -846,85 +581,6 @@ class _Converter:
             raise _unsat(path, "no enum/const value satisfies the schema")
         alts = list(literals)
         return f"{alts[0]} {ws}" if len(alts) == 1 else f"({' | '.join(alts)}) {ws}"
-
-    def instance_ok(self, value: Any, schema: Any, path: str, depth: int) -> bool:
-        """Whether ``value`` is valid against ``schema`` (for filtering enum/const values)."""
-        if depth > _MAX_DEPTH:
-            raise _err(path, "schema nesting too deep (size budget exceeded)")
-        if schema is True or schema is False:
-            return schema
-        if not isinstance(schema, dict):
-            raise _err(path, "a schema must be an object or a boolean")
-        s = self.normalize(schema, path)
-        d = depth + 1
-        if "$ref" in s:
-            target, pointer = self.resolve(s["$ref"], _ptr(path, "$ref"))
-            if not self.instance_ok(value, target, pointer, d):
-                return False
-        if not all(self.instance_ok(value, x, path, d) for x in s.get("allOf", [])):
-            return False
-        if "anyOf" in s and not any(self.instance_ok(value, x, path, d) for x in s["anyOf"]):
-            return False
-        if "oneOf" in s and sum(self.instance_ok(value, x, path, d) for x in s["oneOf"]) != 1:
-            return False
-        if "enum" in s and not any(_json_eq(value, e) for e in s["enum"]):
-            return False
-        if "const" in s and not _json_eq(value, s["const"]):
-            return False
-        if "type" in s:
-            types = s["type"] if isinstance(s["type"], list) else [s["type"]]
-            if not any(_json_type_ok(value, t) for t in types):
-                return False
-        if _json_type_ok(value, "number"):
-            v = _decimal(value, path)
-            checks = (
-                ("minimum", v.__ge__),
-                ("exclusiveMinimum", v.__gt__),
-                ("maximum", v.__le__),
-                ("exclusiveMaximum", v.__lt__),
-            )
-            for key, ok in checks:
-                if key in s and not ok(_decimal(s[key], _ptr(path, key))):
-                    return False
-            if "multipleOf" in s and v % _decimal(s["multipleOf"], _ptr(path, "multipleOf")):
-                return False
-        elif isinstance(value, str):
-            lo, hi = _count(s, "minLength", path), _count(s, "maxLength", path)
-            if (lo is not None and len(value) < lo) or (hi is not None and len(value) > hi):
-                return False
-            if "pattern" in s:
-                try:
-                    if re.search(s["pattern"], value) is None:
-                        return False
-                except (re.error, TypeError) as exc:
-                    raise _err(_ptr(path, "pattern"), f"invalid pattern: {exc}") from None
-            fmt = s.get("format")
-            # The format regexes are plain enough for Python's re; strip the ^...$ anchors.
-            if fmt in _FORMATS and not re.fullmatch(_FORMATS[fmt][1:-1], value):
-                return False
-        elif isinstance(value, list):
-            lo, hi = _count(s, "minItems", path), _count(s, "maxItems", path)
-            if (lo is not None and len(value) < lo) or (hi is not None and len(value) > hi):
-                return False
-            prefix = s.get("prefixItems", [])
-            for i, item in enumerate(value):
-                sub = prefix[i] if i < len(prefix) else s.get("items", True)
-                if not self.instance_ok(item, sub, path, d):
-                    return False
-            if s.get("uniqueItems") and any(_json_eq(x, y) for i, x in enumerate(value) for y in value[i + 1 :]):
-                return False
-        elif isinstance(value, dict):
-            props = s.get("properties", {})
-            if any(k not in value for k in s.get("required", [])):
-                return False
-            lo, hi = _count(s, "minProperties", path), _count(s, "maxProperties", path)
-            if (lo is not None and len(value) < lo) or (hi is not None and len(value) > hi):
-                return False
-            for k, item in value.items():
-                sub = props[k] if k in props else s.get("additionalProperties", True)
-                if not self.instance_ok(item, sub, path, d):
-                    return False
-        return True
 
     # ---- strings ---------------------------------------------------------------------------
 

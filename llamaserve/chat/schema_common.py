@@ -3,7 +3,9 @@ pointer, and the limits that are not parameters."""
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final
 
 
 class SchemaError(ValueError):
@@ -47,3 +49,30 @@ def _err(path: str, message: str) -> SchemaError:
 
 def _unsat(path: str, message: str) -> _Unsatisfiable:
     return _Unsatisfiable(f"{path}: {message}")
+
+
+# --------------------------------------------------------------------------------------------
+# Reading keyword values.
+
+
+def _decimal(value: Any, path: str) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _err(path, "expected a number")
+    try:
+        d = Decimal(value) if isinstance(value, int) else Decimal(repr(value))
+    except InvalidOperation:  # pragma: no cover - repr of a float always parses
+        raise _err(path, "expected a finite number") from None
+    if not d.is_finite():
+        raise _err(path, "expected a finite number")
+    return d
+
+
+def _count(schema: Mapping[str, Any], key: str, path: str) -> int | None:
+    value = schema.get(key)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _err(_ptr(path, key), "expected a non-negative integer")
+    return value

@@ -8,7 +8,7 @@ it into a llama.cpp sampler chain inside the scheduler thread.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 DEFAULT_SAMPLERS: tuple[str, ...] = (
     "penalties",
@@ -99,6 +99,12 @@ class SamplingParams:
             self.repeat_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
         )
         return penalties or self.dry_multiplier > 0.0
+
+
+# Knobs that need translating before they reach SamplingParams (names, token ids, grammars).
+_COMPOSITE_KNOBS = frozenset({"dry_sequence_breakers", "logit_bias", "samplers", "grammar", "grammar_triggers"})
+# The knobs a request field or a server flag sets as one plain value, under the same name.
+SCALAR_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(SamplingParams) if f.name not in _COMPOSITE_KNOBS)
 
 
 def resolve_seed(seed: int) -> int:

@@ -11,39 +11,11 @@ from dataclasses import replace
 from typing import Any
 
 from llamaserve.engine.backend import Vocabulary
-from llamaserve.engine.sampling import SAMPLER_ALIASES, SAMPLER_LETTERS, SamplingParams
+from llamaserve.engine.sampling import SAMPLER_ALIASES, SAMPLER_LETTERS, SCALAR_KNOBS, SamplingParams
 from llamaserve.errors import APIError
 from llamaserve.protocol.common import SamplingFields
 
 MAX_PROMPT_CHARS = 64 * 1024 * 1024
-
-_DIRECT_FIELDS = (
-    "temperature",
-    "dynatemp_range",
-    "dynatemp_exponent",
-    "top_k",
-    "top_p",
-    "min_p",
-    "typical_p",
-    "top_n_sigma",
-    "xtc_probability",
-    "xtc_threshold",
-    "repeat_last_n",
-    "repeat_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "dry_multiplier",
-    "dry_base",
-    "dry_allowed_length",
-    "dry_penalty_last_n",
-    "mirostat",
-    "mirostat_tau",
-    "mirostat_eta",
-    "seed",
-    "min_keep",
-    "ignore_eos",
-    "n_probs",
-)
 
 
 def _samplers(value: list[str] | str) -> tuple[str, ...]:
@@ -105,7 +77,7 @@ def logit_bias(model: Vocabulary, raw: dict[str, Any] | list[Any]) -> tuple[tupl
 
 def sampling_config(req: SamplingFields, defaults: SamplingParams, model: Vocabulary) -> SamplingParams:
     changes: dict[str, Any] = {}
-    for name in _DIRECT_FIELDS:
+    for name in SCALAR_KNOBS:
         value = getattr(req, name, None)
         if value is not None:
             changes[name] = value
