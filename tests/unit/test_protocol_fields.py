@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from llamaserve.engine.sampling import SCALAR_KNOBS
 from tests.fuzz_bodies import declared_fields
 
 ROOT = Path(__file__).resolve().parents[2] / "llamaserve"
@@ -25,6 +26,9 @@ def _serving_source() -> str:
 
 SOURCE = _serving_source()
 READ = set(re.findall(r"\.(\w+)\b", SOURCE)) | set(re.findall(r"[\"'](\w+)[\"']", SOURCE))
+# serving/params.py copies the plain sampling knobs by name, through SCALAR_KNOBS.
+assert "SCALAR_KNOBS" in SOURCE
+READ |= set(SCALAR_KNOBS)
 
 
 @pytest.mark.parametrize("field", declared_fields())
