@@ -211,13 +211,16 @@ class SamplerChain:
         if self.grammar is not None:
             C.llama_sampler_accept(self.grammar, token)
         C.llama_sampler_accept(self.handle, token)
-        probs = {int(t): float(p) for t, p in zip(left["id"], left["p"]) if p > 0.0}
-        top = sorted(probs.items(), key=lambda item: -item[1])[: max(k, 0)]
-
-        def log(p: float) -> float:
-            return math.log(p) if p > 0.0 else -math.inf
-
-        return token, TokenLogprob(token, log(probs.get(token, 0.0)), tuple((t, log(p)) for t, p in top))
+        # Without top-k the chain may leave the whole vocabulary: stay in numpy.
+        ids, probs = left["id"], left["p"]
+        chosen = probs[ids == token]
+        p_token = float(chosen[0]) if chosen.size else 0.0
+        top: tuple[tuple[int, float], ...] = ()
+        if k > 0:
+            best = np.argpartition(-probs, k - 1)[:k] if k < len(probs) else np.arange(len(probs))
+            order = best[np.argsort(-probs[best], kind="stable")]
+            top = tuple((int(ids[i]), math.log(float(probs[i]))) for i in order if probs[i] > 0.0)
+        return token, TokenLogprob(token, math.log(p_token) if p_token > 0.0 else -math.inf, top)
 
     def _grammar_allows(self, token: int) -> bool:
         single = (C.llama_token_data * 1)(C.llama_token_data(token, 1.0, 0.0))
