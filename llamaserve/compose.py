@@ -20,19 +20,22 @@ from typing import Any
 
 from llamaserve.api import server
 from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError
-from llamaserve.config import ConfigError, ServerConfig
+from llamaserve.config import ConfigError, CpuPlacement, ServerConfig
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.slot_files import SlotFiles
 from llamaserve.llama.context import Context, ContextSettings
+from llamaserve.llama.devices import list_devices_text
 from llamaserve.llama.embed import Embedder
+from llamaserve.llama.load_params import LoadSettingsError, ModelLoadSettings
 from llamaserve.llama.logs import route_llama_logs
 from llamaserve.llama.lora import LoraError, load_adapters
 from llamaserve.llama.memory import malloc_trim
-from llamaserve.llama.model import LLAMA_CPP_VERSION, Model
+from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, gpu_offload_supported, init_numa, system_info
 from llamaserve.llama.progress import set_load_progress
 from llamaserve.llama.runner import LlamaRunner
+from llamaserve.llama.threads import PoolSpec, ThreadPools, set_process_priority
 from llamaserve.serving.lora import from_config as lora_from_config
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
@@ -89,6 +92,98 @@ def cache_policy(config: ServerConfig) -> CachePolicy:
     )
 
 
+def model_load_settings(config: ServerConfig) -> ModelLoadSettings:
+    load = config.load
+    overrides = list(load.override_tensor)
+    # --cpu-moe/-ncmoe/-ncffn are tensor overrides onto the CPU buffer, as llama-server spells them.
+    if load.cpu_moe:
+        overrides.append(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU")
+    for layer in range(load.n_cpu_moe):
+        overrides.append(rf"blk\.{layer}\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU")
+    for layer in range(load.n_cpu_ffn):
+        overrides.append(rf"blk\.{layer}\.ffn_(up|down|gate)\.=CPU")
+    return ModelLoadSettings(
+        n_gpu_layers=load.n_gpu_layers,
+        split_mode=load.split_mode,
+        main_gpu=load.main_gpu,
+        tensor_split=load.tensor_split,
+        devices=load.devices,
+        load_mode=load.effective_load_mode,
+        lazy_mode=load.lazy_mode,
+        check_tensors=load.check_tensors,
+        repack=load.repack,
+        no_host=load.no_host,
+        override_kv=load.override_kv,
+        override_tensor=tuple(overrides),
+    )
+
+
+def context_tuning(config: ServerConfig) -> dict[str, Any]:
+    """The ContextSettings fields that come straight from the flags."""
+    t = config.tuning
+    freq_scale = 1.0 / t.rope_scale if t.rope_scale > 0 else t.rope_freq_scale
+    return {
+        "cache_type_k": t.cache_type_k,
+        "cache_type_v": t.cache_type_v,
+        "rope_scaling": t.rope_scaling,
+        "rope_freq_base": t.rope_freq_base,
+        "rope_freq_scale": freq_scale,
+        "yarn_orig_ctx": t.yarn_orig_ctx,
+        "yarn_ext_factor": t.yarn_ext_factor,
+        "yarn_attn_factor": t.yarn_attn_factor,
+        "yarn_beta_slow": t.yarn_beta_slow,
+        "yarn_beta_fast": t.yarn_beta_fast,
+        "defrag_thold": t.defrag_thold,
+        "offload_kqv": t.kv_offload,
+        "op_offload": t.op_offload,
+        "swa_full": t.swa_full,
+        "perf": t.perf,
+    }
+
+
+def _pool_spec(placement: CpuPlacement, fallback: CpuPlacement, n_threads: int) -> PoolSpec:
+    cpus = placement.cpus() or fallback.cpus()
+    strict = placement.strict if placement.strict is not None else bool(fallback.strict)
+    prio = placement.prio if placement.prio is not None else (fallback.prio or 0)
+    poll = placement.poll if placement.poll is not None else (fallback.poll if fallback.poll is not None else 50)
+    return PoolSpec(n_threads=n_threads, cpus=cpus, strict=strict, prio=prio, poll=poll)
+
+
+def thread_pools(config: ServerConfig, context: Context) -> ThreadPools | None:
+    """llama-server's thread pools, made only when a placement flag asks (else llama.cpp's own)."""
+    if config.cpu.is_default and config.cpu_batch.is_default:
+        return None
+    gen = _pool_spec(config.cpu, CpuPlacement(), config.effective_threads)
+    batch = _pool_spec(config.cpu_batch, config.cpu, config.effective_threads_batch)
+    set_process_priority(gen.prio)
+    log.info(
+        "thread pools: %d threads on CPUs %s (poll %d, strict %s); batch %d threads on CPUs %s",
+        gen.n_threads,
+        sorted(gen.cpus) or "any",
+        gen.poll,
+        gen.strict,
+        batch.n_threads,
+        sorted(batch.cpus) or "any",
+    )
+    return ThreadPools(context.handle, gen, batch)
+
+
+def _announce_hardware_flags(config: ServerConfig) -> None:
+    if config.hardware_flags and not gpu_offload_supported():
+        log.warning(
+            "no GPU backend in this build of llama.cpp: %s validated but have no effect",
+            ", ".join(dict.fromkeys(config.hardware_flags)),
+        )
+
+
+def version_text() -> str:
+    return f"version: {BUILD_INFO}\nsystem: {system_info()}\n"
+
+
+def devices_text() -> str:
+    return list_devices_text()
+
+
 def load_runtime(config: ServerConfig) -> ModelRuntime:
     """Load the model and build everything that serves it; the scheduler thread is running on return.
 
@@ -101,7 +196,13 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
 
 def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     t0 = time.perf_counter()
-    model = Model(config.model, n_gpu_layers=config.n_gpu_layers, use_mmap=config.use_mmap)
+    _announce_hardware_flags(config)
+    if config.load.numa:
+        init_numa(config.load.numa)
+    try:
+        model = Model(config.model, model_load_settings(config))
+    except LoadSettingsError as exc:
+        raise ConfigError(str(exc)) from exc
     undo.callback(model.close)
     info = model.info()
     n_slots = config.effective_parallel
@@ -119,9 +220,13 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         embeddings=config.embedding or config.reranking,
         pooling="rank" if config.reranking else config.pooling,
         flash_attn=config.flash_attn,
+        **context_tuning(config),
     )
     context = Context(model, settings)
     undo.callback(context.close)
+    pools = thread_pools(config, context)
+    if pools is not None:
+        undo.callback(pools.close)
     try:
         adapters = load_adapters(model, [path for path, _ in config.lora])
     except LoraError as exc:
@@ -132,7 +237,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     scheduler = Scheduler(
         runner, n_slots, slot_prompt_similarity=config.slot_prompt_similarity, cache=cache_policy(config)
     )
-    if not settings.embeddings:
+    if not settings.embeddings and config.tuning.warmup:
         context.warm_up(model.bos if model.bos >= 0 else 0)
     slot_files = None
     if config.slot_save_path:

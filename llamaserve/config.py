@@ -33,6 +33,97 @@ def embedded_default_model() -> str | None:
 
 
 @dataclass(frozen=True)
+class LoadConfig:
+    """How the weights are loaded and placed (llama_model_params and what is derived from it)."""
+
+    n_gpu_layers: int = -1  # -1 auto, -2 all, else a count (only a GPU build offloads)
+    devices: str | None = None  # -dev: comma-separated names, "none" for no offload
+    split_mode: str = "layer"
+    tensor_split: tuple[float, ...] = ()
+    main_gpu: int = 0
+    load_mode: str = "auto"  # auto | none | mmap | mlock | mmap+mlock | dio
+    lazy_mode: str = "auto"
+    use_mmap: bool = True  # --no-mmap: the older spelling of --load-mode none
+    mlock: bool = False  # --mlock: the older spelling of --load-mode mmap+mlock
+    numa: str | None = None
+    check_tensors: bool = False
+    repack: bool = True
+    no_host: bool = False
+    override_kv: tuple[str, ...] = ()  # KEY=TYPE:VALUE items
+    override_tensor: tuple[str, ...] = ()  # PATTERN=BUFFER_TYPE items
+    cpu_moe: bool = False
+    n_cpu_moe: int = 0
+    n_cpu_ffn: int = 0
+    fit: bool = True
+    fit_target: tuple[int, ...] = (1024,)
+    fit_ctx: int = 4096
+    control_vectors: tuple[str, ...] = ()
+    control_vectors_scaled: tuple[str, ...] = ()
+    control_vector_layers: tuple[str, str] | None = None
+
+    @property
+    def effective_load_mode(self) -> str:
+        """--load-mode, unless the older --no-mmap/--mlock spelled it."""
+        if self.load_mode != "auto":
+            return self.load_mode
+        if self.mlock:
+            return "mmap+mlock" if self.use_mmap else "mlock"
+        return "auto" if self.use_mmap else "none"
+
+
+@dataclass(frozen=True)
+class ContextTuning:
+    """Context-level settings that llama.cpp takes as they are (llama_context_params)."""
+
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    rope_scaling: str | None = None  # none | linear | yarn; None: the model's
+    rope_scale: float = 0.0  # 0: unset; else rope_freq_scale = 1 / rope_scale
+    rope_freq_base: float = 0.0
+    rope_freq_scale: float = 0.0
+    yarn_orig_ctx: int = 0
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = -1.0
+    yarn_beta_slow: float = -1.0
+    yarn_beta_fast: float = -1.0
+    defrag_thold: float = -1.0
+    swa_full: bool = False
+    kv_offload: bool = True
+    op_offload: bool = True
+    perf: bool = False
+    warmup: bool = True
+    cont_batching: bool = True
+    ctx_checkpoints: int = 32
+    checkpoint_min_step: int = 8192
+
+
+@dataclass(frozen=True)
+class CpuPlacement:
+    """Where and how llama.cpp's compute threads run (-C/-Cr/--cpu-strict/--prio/--poll)."""
+
+    mask: str | None = None  # hex
+    range: str | None = None  # "lo-hi"
+    strict: bool | None = None  # None: same as the generation threads' (or off)
+    prio: int | None = None
+    poll: int | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self == CpuPlacement()
+
+    def cpus(self) -> frozenset[int]:
+        """The CPUs the mask and the range name together (empty: no affinity asked for)."""
+        chosen: set[int] = set()
+        if self.mask:
+            bits = int(self.mask, 16)
+            chosen.update(i for i in range(bits.bit_length()) if bits >> i & 1)
+        if self.range:
+            lo, _, hi = self.range.partition("-")
+            chosen.update(range(int(lo), int(hi) + 1))
+        return frozenset(chosen)
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     model: str = ""  # empty until -hf/--model-url resolve it
     alias: tuple[str, ...] = ()
@@ -48,8 +139,6 @@ class ServerConfig:
     n_predict: int = -1
     n_keep: int = 0
     flash_attn: str = "auto"
-    n_gpu_layers: int = 0
-    use_mmap: bool = True
     cache_prompt: bool = True
     slot_prompt_similarity: float = 0.1
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -100,6 +189,47 @@ class ServerConfig:
     sleep_idle_seconds: int = -1
     lora: tuple[tuple[str, float], ...] = ()  # (path, scale)
     lora_init_without_apply: bool = False
+    load: LoadConfig = field(default_factory=LoadConfig)
+    tuning: ContextTuning = field(default_factory=ContextTuning)
+    cpu: CpuPlacement = field(default_factory=CpuPlacement)
+    cpu_batch: CpuPlacement = field(default_factory=CpuPlacement)
+    # text handling
+    reverse_prompts: tuple[str, ...] = ()  # -r: the stop strings of a request that names none
+    special: bool = False  # -sp: special tokens appear in the generated text
+    escape: bool = True
+    spm_infill: bool = False
+    embd_normalize: int = 2
+    # server-wide structured output (a request's own grammar or schema wins)
+    default_grammar: str | None = None
+    default_json_schema: str | None = None
+    backend_sampling: bool = False
+    # reasoning and chat parsing
+    reasoning: str = "auto"  # on | off | auto
+    reasoning_effort: str = "default"
+    reasoning_preserve: bool = True
+    skip_chat_parsing: bool = False
+    prefill_assistant: bool = True
+    # HTTP
+    api_prefix: str = ""
+    reuse_port: bool = False
+    threads_http: int = -1
+    sse_ping_interval: int = 30
+    cors_methods: tuple[str, ...] = ("GET", "POST", "DELETE", "OPTIONS")
+    cors_headers: tuple[str, ...] = ("*",)
+    tags: tuple[str, ...] = ()
+    kv_unified_per_slot: int = 0
+    # logging
+    log_jsonl: bool = False
+    log_prefix: bool = False
+    log_prompts_dir: str | None = None
+    docker_repo: str | None = None
+    # The GPU-only flags given (-ngl, -ts, ...): on a CPU build the log says they have no effect.
+    hardware_flags: tuple[str, ...] = ()
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """--host as a list: TCP addresses and UNIX socket paths (ending in .sock)."""
+        return tuple(h.strip() for h in self.host.split(",") if h.strip())
 
     @property
     def effective_parallel(self) -> int:
@@ -154,6 +284,20 @@ class ServerConfig:
             raise ConfigError("--pooling must be one of none, mean, cls, last, rank")
         if self.flash_attn not in ("on", "off", "auto"):
             raise ConfigError("--flash-attn must be on, off or auto")
+        if self.load.n_cpu_moe < 0 or self.load.n_cpu_ffn < 0:
+            raise ConfigError("--n-cpu-moe and --n-cpu-ffn must be >= 0")
+        if self.kv_unified_per_slot < 0:
+            raise ConfigError("--kv-unified-per-slot must be >= 0")
+        if self.api_prefix and (not self.api_prefix.startswith("/") or self.api_prefix.endswith("/")):
+            raise ConfigError("--api-prefix must start with '/' and have no trailing slash, e.g. /llama")
+        if not self.hosts:
+            raise ConfigError("--host requires at least one address")
+        if (
+            self.log_prompts_dir is not None
+            and os.path.exists(self.log_prompts_dir)
+            and not os.path.isdir(self.log_prompts_dir)
+        ):
+            raise ConfigError(f"--log-prompts-dir: not a directory: {self.log_prompts_dir}")
         for name in self.sampling.samplers:
             if name not in DEFAULT_SAMPLERS:
                 raise ConfigError(f"unknown sampler '{name}'")

@@ -28,6 +28,26 @@ FLASH_ATTN_TYPES: dict[str, int] = {
 }
 
 
+# -ctk/-ctv names → ggml_type (the types llama-server allows for the KV cache)
+KV_CACHE_TYPES: dict[str, int] = {
+    "f32": C.GGML_TYPE_F32,
+    "f16": C.GGML_TYPE_F16,
+    "bf16": 30,  # GGML_TYPE_BF16 (llama-cpp-python has no constant for it)
+    "q8_0": C.GGML_TYPE_Q8_0,
+    "q4_0": C.GGML_TYPE_Q4_0,
+    "q4_1": C.GGML_TYPE_Q4_1,
+    "iq4_nl": C.GGML_TYPE_IQ4_NL,
+    "q5_0": C.GGML_TYPE_Q5_0,
+    "q5_1": C.GGML_TYPE_Q5_1,
+}
+
+ROPE_SCALING_TYPES: dict[str, int] = {
+    "none": C.LLAMA_ROPE_SCALING_TYPE_NONE,
+    "linear": C.LLAMA_ROPE_SCALING_TYPE_LINEAR,
+    "yarn": C.LLAMA_ROPE_SCALING_TYPE_YARN,
+}
+
+
 class ContextError(RuntimeError):
     """The context could not be created or a decode failed hard."""
 
@@ -44,6 +64,21 @@ class ContextSettings:
     embeddings: bool = False
     pooling: str = "unspecified"
     flash_attn: str = "auto"
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    rope_scaling: str | None = None  # None: the model's
+    rope_freq_base: float = 0.0  # 0: the model's
+    rope_freq_scale: float = 0.0
+    yarn_orig_ctx: int = 0
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = -1.0
+    yarn_beta_slow: float = -1.0
+    yarn_beta_fast: float = -1.0
+    defrag_thold: float = -1.0
+    offload_kqv: bool = True
+    op_offload: bool = True
+    swa_full: bool = False
+    perf: bool = False
 
 
 class Context:
@@ -61,7 +96,22 @@ class Context:
         params.embeddings = settings.embeddings
         params.pooling_type = POOLING_TYPES[settings.pooling]
         params.flash_attn_type = FLASH_ATTN_TYPES[settings.flash_attn]
-        params.no_perf = True
+        params.type_k = KV_CACHE_TYPES[settings.cache_type_k]
+        params.type_v = KV_CACHE_TYPES[settings.cache_type_v]
+        if settings.rope_scaling is not None:
+            params.rope_scaling_type = ROPE_SCALING_TYPES[settings.rope_scaling]
+        params.rope_freq_base = settings.rope_freq_base
+        params.rope_freq_scale = settings.rope_freq_scale
+        params.yarn_orig_ctx = settings.yarn_orig_ctx
+        params.yarn_ext_factor = settings.yarn_ext_factor
+        params.yarn_attn_factor = settings.yarn_attn_factor
+        params.yarn_beta_slow = settings.yarn_beta_slow
+        params.yarn_beta_fast = settings.yarn_beta_fast
+        params.defrag_thold = settings.defrag_thold
+        params.offload_kqv = settings.offload_kqv
+        params.op_offload = settings.op_offload
+        params.swa_full = settings.swa_full
+        params.no_perf = not settings.perf
         handle = C.llama_init_from_model(model.handle, params)
         if not handle:
             raise ContextError("failed to create the llama context (is -c too large for memory?)")

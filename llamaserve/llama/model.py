@@ -13,7 +13,9 @@ import llama_cpp
 import llama_cpp.llama_cpp as C
 
 from llamaserve.engine.backend import ModelInfo
+from llamaserve.llama import load_params
 from llamaserve.llama.grammar import check_grammar
+from llamaserve.llama.load_params import ModelLoadSettings
 from llamaserve.llama.progress import apply_load_progress
 
 LLAMA_CPP_VERSION: str = llama_cpp.__version__
@@ -31,6 +33,27 @@ def ensure_backend() -> None:
             _backend_ready = True
 
 
+NUMA_STRATEGIES = {"distribute": 1, "isolate": 2, "numactl": 3}  # ggml_numa_strategy
+
+
+def init_numa(strategy: str) -> None:
+    """--numa: llama.cpp's NUMA placement, set once after the backends and before any model loads."""
+    ensure_backend()
+    C.llama_numa_init(NUMA_STRATEGIES[strategy])
+
+
+def gpu_offload_supported() -> bool:
+    ensure_backend()
+    return bool(C.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    """llama.cpp's build features (the CPU extensions and backends it was compiled with)."""
+    ensure_backend()
+    raw = C.llama_print_system_info()
+    return (raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)).strip()
+
+
 class ModelLoadError(RuntimeError):
     """The GGUF file could not be loaded."""
 
@@ -38,15 +61,12 @@ class ModelLoadError(RuntimeError):
 class Model:
     """A llama.cpp model plus vocabulary helpers (tokenize, pieces, specials)."""
 
-    def __init__(self, path: str, *, n_gpu_layers: int = 0, use_mmap: bool = True, vocab_only: bool = False) -> None:
+    def __init__(self, path: str, settings: ModelLoadSettings | None = None, *, vocab_only: bool = False) -> None:
         ensure_backend()
-        params = C.llama_model_default_params()
-        params.n_gpu_layers = n_gpu_layers
-        params.use_mmap = use_mmap
-        params.vocab_only = vocab_only
-        params.use_extra_bufts = False
+        params, keep_alive = load_params.build(settings or ModelLoadSettings(), vocab_only=vocab_only)
         apply_load_progress(params)  # the terminal's loading bar and abort-on-shutdown, when set
         handle = C.llama_model_load_from_file(path.encode(), params)
+        del keep_alive  # llama.cpp has copied what it needs from the arrays by now
         if not handle:
             raise ModelLoadError(f"failed to load model from '{path}'")
         self.handle = handle

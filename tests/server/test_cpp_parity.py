@@ -20,7 +20,7 @@ from .conftest import REPO, RunningServer, start_server, stop_server
 CPP_SERVER = REPO / "benchmarks" / ".cpp-server" / "llama-server"
 # One slot, flash attention off and no repacked weights on both sides: the same kernels
 # and the same batch shapes, so greedy decoding must agree token for token.
-COMMON = ["-c", "2048", "-np", "1", "-t", "2", "-fa", "off"]
+COMMON = ["-c", "2048", "-np", "1", "-t", "2", "-fa", "off", "--no-repack"]
 GREEDY = {"temperature": 0.0, "seed": 1}
 
 
@@ -31,7 +31,7 @@ def servers(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     ours = start_server(["-m", model_path, *COMMON], tmp)
     cpp: RunningServer | None = None
     try:
-        cpp = start_server(["-m", model_path, *COMMON, "--no-repack"], tmp, program=[str(CPP_SERVER)])
+        cpp = start_server(["-m", model_path, *COMMON], tmp, program=[str(CPP_SERVER)])
         yield ours.url, cpp.url
     finally:
         stop_server(ours)

@@ -1,0 +1,73 @@
+"""Command line: llama-server's flags and LLAMA_ARG_* variables → ServerConfig.
+
+`llama-server [flags]` (and `llama serve [flags]`) land in `main`. The flag table is
+`options.py`, the reading of argv and the environment `argv.py`, the turning of what was read
+into a `ServerConfig` `build.py`, and the informational flags (`--version`, `--list-devices`,
+...) `info.py`. A command-line flag beats its environment variable, as in llama-server.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from llamaserve.cli.argv import UsageError, parse, pending_features
+from llamaserve.cli.build import build_config
+from llamaserve.cli.info import run_action
+from llamaserve.config import ConfigError, ServerConfig
+
+
+def config_from_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> ServerConfig:
+    """The config a command line asks for; ConfigError (a UsageError) when it cannot be served."""
+    env = dict(os.environ if environ is None else environ)
+    try:
+        parsed = parse(argv, env)
+    except UsageError as exc:
+        raise ConfigError(str(exc)) from exc
+    missing = pending_features(parsed)
+    if missing:
+        spelling, feature = missing[0]
+        raise ConfigError(f"{spelling}: {feature} is not part of llamaserve yet, so this flag cannot be honoured")
+    return build_config(parsed, env)
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "llama-server") -> int:
+    """Entry point of `llama-server`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parsed = parse(args, os.environ)
+        if parsed.actions:
+            return run_action(parsed.actions[0], prog)
+        config = config_from_args(args)
+    except (ConfigError, UsageError) as exc:
+        message = str(exc)
+        sys.stderr.write(message if message.startswith("error") else f"error: {message}")
+        sys.stderr.write("\n\nto show complete usage, run with -h\n" if isinstance(exc, UsageError) else "\n")
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C during a download: the .part file stays for a resume
+        sys.stderr.write("interrupted\n")
+        return 130
+    from llamaserve.compose import serve  # deferred: --help and a bad flag answer without loading libllama
+
+    return serve(config)
+
+
+def entry_llama_server() -> None:
+    sys.exit(main())
+
+
+def llama_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `llama`: `llama serve [flags]`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        sys.stdout.write("usage: llama serve [llama-server flags]\n")
+        return 0 if args else 1
+    if args[0] != "serve":
+        sys.stderr.write(f"error: unknown command '{args[0]}' (try: llama serve --help)\n")
+        return 1
+    return main(args[1:], prog="llama serve")
+
+
+def entry_llama() -> None:
+    sys.exit(llama_main())

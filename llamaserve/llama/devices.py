@@ -1,0 +1,163 @@
+"""ggml's backend devices and buffer types, bound with ctypes (llama-cpp-python does not bind them).
+
+`-dev`, `--list-devices`, `-ot` and the CPU thread pool need them. The libraries are the ones
+llama-cpp-python already loaded, so the handles and the device registry are shared with llama.cpp.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+
+import llama_cpp
+
+_LIB_DIR = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+DEVICE_TYPE_CPU = 0
+DEVICE_TYPE_GPU = 1
+DEVICE_TYPE_IGPU = 2
+
+
+def _load(name: str) -> ctypes.CDLL:
+    return ctypes.CDLL(os.path.join(_LIB_DIR, name))
+
+
+_ggml = _load("libggml.so")
+_base = _load("libggml-base.so")
+
+_ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+_ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+_ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+_ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+_ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+for _fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+    getattr(_base, _fn).argtypes = [ctypes.c_void_p]
+    getattr(_base, _fn).restype = ctypes.c_char_p
+_base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+_base.ggml_backend_dev_type.restype = ctypes.c_int
+_base.ggml_backend_dev_memory.argtypes = [
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_size_t),
+    ctypes.POINTER(ctypes.c_size_t),
+]
+_base.ggml_backend_dev_memory.restype = None
+_base.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
+_base.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
+_base.ggml_backend_dev_host_buffer_type.argtypes = [ctypes.c_void_p]
+_base.ggml_backend_dev_host_buffer_type.restype = ctypes.c_void_p
+_base.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+_base.ggml_backend_buft_name.restype = ctypes.c_char_p
+_base.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
+_base.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
+_base.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_base.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+
+# ggml_backend_dev_t * (*)(ggml_backend_dev_t): the CPU backend's extra buffer types (repacked weights).
+_EXTRA_BUFTS = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+
+
+@dataclass(frozen=True)
+class Device:
+    handle: int
+    name: str
+    description: str
+    kind: int
+    free_bytes: int
+    total_bytes: int
+
+    @property
+    def offloads(self) -> bool:
+        """A GPU (discrete or integrated): what -dev, -ngl and -ts act on."""
+        return self.kind in (DEVICE_TYPE_GPU, DEVICE_TYPE_IGPU)
+
+
+def all_devices() -> list[Device]:
+    from llamaserve.llama.model import ensure_backend  # here: model.py imports this module's users
+
+    ensure_backend()
+    out: list[Device] = []
+    for i in range(_ggml.ggml_backend_dev_count()):
+        dev = _ggml.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        _base.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        out.append(
+            Device(
+                handle=int(dev),
+                name=(_base.ggml_backend_dev_name(dev) or b"").decode(),
+                description=(_base.ggml_backend_dev_description(dev) or b"").decode(),
+                kind=int(_base.ggml_backend_dev_type(dev)),
+                free_bytes=int(free.value),
+                total_bytes=int(total.value),
+            )
+        )
+    return out
+
+
+def offload_devices() -> list[Device]:
+    """The devices llama-server lists and offloads to (GPUs; the CPU is always there)."""
+    return [d for d in all_devices() if d.offloads]
+
+
+def list_devices_text() -> str:
+    lines = ["Available devices:"]
+    for dev in offload_devices():
+        lines.append(
+            f"  {dev.name}: {dev.description} ({dev.total_bytes // 2**20} MiB, {dev.free_bytes // 2**20} MiB free)"
+        )
+    if len(lines) == 1:
+        lines.append("  (none: this build of llama.cpp has no GPU backend, everything runs on the CPU)")
+    return "\n".join(lines) + "\n"
+
+
+class DeviceError(ValueError):
+    """A -dev or -ot name that this build does not have."""
+
+
+def pick_devices(spec: str) -> list[Device]:
+    """`-dev A,B` → those devices; `none` → no offload (an empty list)."""
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if names == ["none"]:
+        return []
+    known = {d.name: d for d in offload_devices()}
+    out: list[Device] = []
+    for name in names:
+        if name not in known:
+            available = ", ".join(known) or "none in this build"
+            raise DeviceError(f"--device: unknown device '{name}' (available: {available})")
+        out.append(known[name])
+    return out
+
+
+def buffer_types() -> dict[str, int]:
+    """Every buffer type `-ot` may name: each device's own, its host buffer, and the CPU's extras."""
+    out: dict[str, int] = {}
+    for dev in all_devices():
+        for buft in (
+            _base.ggml_backend_dev_buffer_type(dev.handle),
+            _base.ggml_backend_dev_host_buffer_type(dev.handle),
+        ):
+            if buft:
+                out[(_base.ggml_backend_buft_name(buft) or b"").decode()] = int(buft)
+        if dev.kind == DEVICE_TYPE_CPU:
+            reg = _base.ggml_backend_dev_backend_reg(dev.handle)
+            address = _base.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
+            if address:
+                extras = _EXTRA_BUFTS(address)(dev.handle)
+                i = 0
+                while extras and extras[i]:
+                    out[(_base.ggml_backend_buft_name(extras[i]) or b"").decode()] = int(extras[i])
+                    i += 1
+    return out
+
+
+def cpu_backend_reg() -> int:
+    """The CPU backend's registry entry (its thread-pool functions are looked up through it)."""
+    from llamaserve.llama.model import ensure_backend
+
+    ensure_backend()
+    dev = _ggml.ggml_backend_dev_by_type(DEVICE_TYPE_CPU)
+    return int(_base.ggml_backend_dev_backend_reg(dev)) if dev else 0
+
+
+def proc_address(reg: int, name: str) -> int:
+    return int(_base.ggml_backend_reg_get_proc_address(reg, name.encode()) or 0)

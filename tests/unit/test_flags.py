@@ -1,0 +1,231 @@
+"""Every llama-server flag spelling is read as llama-server reads it: exactly, with its variable and its check."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llamaserve.cli import config_from_args
+from llamaserve.cli.argv import UsageError, parse
+from llamaserve.cli.options import BY_SPELLING, OPTIONS, Opt
+from llamaserve.config import ConfigError
+
+REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "llama-server-README.md"
+SPELLING = re.compile(r"--?[a-zA-Z][-a-zA-Z0-9.]*")
+# A value each kind of check accepts, so that every flag can be given once.
+SAMPLE_VALUES = ("1", "q8_0", "on", "none", "auto", "0-1", "ff", "distribute", "x=int:1")
+
+
+def reference_spellings() -> list[str]:
+    assert REFERENCE.is_file(), f"{REFERENCE} is missing (../shared sits beside the repository)"
+    out: list[str] = []
+    for line in REFERENCE.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"\| `([^`]*)`", line)
+        if match:
+            out += [t for t in re.split(r"[ ,]+", match.group(1)) if SPELLING.fullmatch(t)]
+    return sorted(set(out))
+
+
+@pytest.fixture()
+def model_file(tmp_path: Path) -> str:
+    p = tmp_path / "m.gguf"
+    p.write_bytes(b"GGUF")
+    return str(p)
+
+
+def _accepted_value(opt: Opt) -> str:
+    for sample in SAMPLE_VALUES:
+        try:
+            opt.type(sample)
+        except ValueError:
+            continue
+        return sample
+    raise AssertionError(f"no sample value fits {opt.names[0]}")
+
+
+def test_every_reference_spelling_is_a_flag_of_ours() -> None:
+    spellings = reference_spellings()
+    assert len(spellings) > 400
+    missing = [s for s in spellings if s not in BY_SPELLING]
+    assert missing == []
+
+
+def test_no_spelling_belongs_to_two_flags() -> None:
+    seen: dict[str, str] = {}
+    for opt in OPTIONS:
+        for name in opt.spellings:
+            assert name not in seen, f"{name} is both {seen[name]} and {opt.names[0]}"
+            seen[name] = opt.names[0]
+
+
+@pytest.mark.parametrize("spelling", [s for opt in OPTIONS for s in opt.names if opt.kind != "action"])
+def test_each_spelling_parses_as_its_own_flag(spelling: str) -> None:
+    opt, _ = BY_SPELLING[spelling]
+    argv = [spelling]
+    if opt.kind in ("value", "list"):
+        argv.append(_accepted_value(opt))
+    elif opt.kind == "two":
+        argv += ["0", "1"]
+    try:
+        parsed = parse(argv, {})
+    except UsageError as exc:
+        assert opt.removed, exc  # only the removed flags refuse a good value
+        assert "removed" in str(exc) and opt.removed in str(exc)
+        return
+    assert [g.opt for g in parsed.given] == [opt]
+
+
+def test_multi_letter_short_flags_are_never_a_shorter_flag_with_an_attached_value() -> None:
+    shorts = [s for opt in OPTIONS for s in opt.spellings if not s.startswith("--") and len(s) > 2]
+    assert {"-ctk", "-ctv", "-ngl", "-ngld", "-ts", "-md", "-mg", "-np", "-cb", "-nocb", "-sm"} <= set(shorts)
+    for spelling in shorts:
+        opt, _ = BY_SPELLING[spelling]
+        value = [_accepted_value(opt)] if opt.kind in ("value", "list") else ["0", "1"] if opt.kind == "two" else []
+        parsed = parse([spelling, *value], {}) if not opt.removed and opt.kind != "action" else None
+        if parsed is not None:
+            assert parsed.given[0].opt is opt, spelling
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--reasoning-form", "none"],  # a prefix of --reasoning-format
+        ["--ctx", "4096"],  # a prefix of --ctx-size
+        ["-ctx", "4096"],  # would be -c tx with attached values
+        ["-tx", "2"],  # would be -t x
+        ["--temperatur", "0.5"],
+        ["--no-such-flag"],
+    ],
+)
+def test_made_up_flags_are_refused_not_matched(argv: list[str]) -> None:
+    with pytest.raises(UsageError, match="invalid argument"):
+        parse(argv, {})
+
+
+def test_reasoning_on_is_its_own_flag(model_file: str) -> None:
+    cfg = config_from_args(["-m", model_file, "--reasoning", "on", "-rea", "off"], environ={})
+    assert cfg.reasoning == "off"
+    cfg = config_from_args(["-m", model_file, "--reasoning", "on"], environ={})
+    assert cfg.reasoning == "on"
+
+
+def test_kv_cache_types_and_placement_flags_reach_the_config(model_file: str) -> None:
+    cfg = config_from_args(
+        ["-m", model_file, "-ctk", "q8_0", "-ctv", "q4_0", "-ngl", "all", "-sm", "row", "-ts", "3,1", "-mg", "1"],
+        environ={},
+    )
+    assert (cfg.tuning.cache_type_k, cfg.tuning.cache_type_v) == ("q8_0", "q4_0")
+    assert (cfg.load.n_gpu_layers, cfg.load.split_mode, cfg.load.tensor_split, cfg.load.main_gpu) == (
+        -2,
+        "row",
+        (3.0, 1.0),
+        1,
+    )
+    assert cfg.hardware_flags == ("-ngl", "-sm", "-ts", "-mg")
+    with pytest.raises(ConfigError, match="-ctk"):
+        config_from_args(["-m", model_file, "-ctk", "q9_9"], environ={})
+
+
+def test_variables_feed_the_nested_settings_and_flags_win(model_file: str) -> None:
+    env = {"LLAMA_ARG_CACHE_TYPE_K": "q8_0", "LLAMA_ARG_REPACK": "false", "LLAMA_ARG_ROPE_SCALE": "2"}
+    cfg = config_from_args(["-m", model_file], environ=env)
+    assert (cfg.tuning.cache_type_k, cfg.load.repack, cfg.tuning.rope_scale) == ("q8_0", False, 2.0)
+    cfg = config_from_args(["-m", model_file, "-ctk", "f16", "--repack"], environ=env)
+    assert (cfg.tuning.cache_type_k, cfg.load.repack) == ("f16", True)
+
+
+def test_underscores_in_long_flags_read_as_dashes(model_file: str) -> None:
+    cfg = config_from_args(["-m", model_file, "--ctx_size", "512", "--cache_type_k", "q8_0"], environ={})
+    assert (cfg.ctx_size, cfg.tuning.cache_type_k) == (512, "q8_0")
+
+
+def test_text_flags_unescape_and_server_wide_sampling_defaults(model_file: str, tmp_path: Path) -> None:
+    grammar = tmp_path / "g.gbnf"
+    grammar.write_text('root ::= "yes"\n', encoding="utf-8")
+    cfg = config_from_args(
+        ["-m", model_file, "-r", "User:\\n", "-r", "###", "-l", "15043+1", "-l", "2-inf", "--grammar-file", str(grammar)],
+        environ={},
+    )
+    assert cfg.reverse_prompts == ("User:\n", "###")
+    assert cfg.sampling.logit_bias == ((15043, 1.0), (2, float("-inf")))
+    assert cfg.default_grammar == 'root ::= "yes"\n'
+    cfg = config_from_args(["-m", model_file, "--no-escape", "-r", "a\\nb"], environ={})
+    assert cfg.reverse_prompts == ("a\\nb",)
+    with pytest.raises(ConfigError, match="logit-bias"):
+        config_from_args(["-m", model_file, "-l", "hello"], environ={})
+
+
+def test_dry_sequence_breakers_replace_the_defaults_and_none_clears(model_file: str) -> None:
+    cfg = config_from_args(["-m", model_file, "--dry-sequence-breaker", "\\n\\n"], environ={})
+    assert cfg.sampling.dry_sequence_breakers == ("\n\n",)
+    cfg = config_from_args(["-m", model_file, "--dry-sequence-breaker", "none"], environ={})
+    assert cfg.sampling.dry_sequence_breakers == ()
+
+
+def test_presets_set_the_repo_and_settings_and_flags_after_them_win() -> None:
+    parsed = parse(["--fim-qwen-7b-default", "--port", "9000"], {})
+    assert parsed.values["hf_repo"] == "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF"
+    assert parsed.values["cache_reuse"] == 256
+    assert parsed.values["port"] == 9000
+
+
+@pytest.mark.parametrize(
+    ("argv", "feature"),
+    [
+        (["--models-dir", "/tmp"], "router mode"),
+        (["-md", "draft.gguf"], "speculative decoding"),
+        (["--spec-type", "ngram-mod"], "speculative decoding"),
+        (["--mmproj", "p.gguf"], "multimodal"),
+        (["--tools", "all"], "agent tools"),
+        (["--rpc", "127.0.0.1:50052"], "RPC backend"),
+        (["--fim-qwen-7b-spec"], "speculative decoding"),
+    ],
+)
+def test_flags_of_features_not_built_yet_exit_1_naming_the_feature(
+    argv: list[str], feature: str, model_file: str
+) -> None:
+    with pytest.raises(ConfigError, match=feature):
+        config_from_args(["-m", model_file, *argv], environ={})
+
+
+def test_switching_a_missing_feature_off_is_fine(model_file: str) -> None:
+    args = ["--spec-type", "none", "--no-mmproj", "--no-agent", "--no-cache-idle-slots", "--no-models-autoload"]
+    config_from_args(["-m", model_file, *args], environ={})
+
+
+def test_removed_flags_say_what_replaced_them(model_file: str) -> None:
+    with pytest.raises(ConfigError, match="spec-draft-n-max"):
+        config_from_args(["-m", model_file, "--draft-max", "8"], environ={})
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "llamaserve", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_spelling_grouped() -> None:
+    out = _run("--help")
+    assert out.returncode == 0
+    assert out.stdout.index("----- common params") < out.stdout.index("----- sampling params")
+    assert out.stdout.index("----- sampling params") < out.stdout.index("----- server-specific params")
+    listed = set(SPELLING.findall(out.stdout))
+    assert [s for opt in OPTIONS for s in opt.spellings if s not in listed] == []
+
+
+def test_version_list_devices_and_completion() -> None:
+    version = _run("--version")
+    assert version.returncode == 0 and "llama-cpp-python 0.3.36" in version.stdout
+    devices = _run("--list-devices")
+    assert devices.returncode == 0 and devices.stdout.startswith("Available devices:")
+    completion = _run("--completion-bash")
+    assert completion.returncode == 0 and "complete -F" in completion.stdout and "--cache-type-k" in completion.stdout
+
+
+def test_a_bad_value_exits_1_naming_the_flag() -> None:
+    out = _run("--prio", "7")
+    assert out.returncode == 1 and '"--prio"' in out.stderr
+    out = _run("--threads")
+    assert out.returncode == 1 and "expected value" in out.stderr
