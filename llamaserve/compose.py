@@ -19,12 +19,15 @@ from contextlib import ExitStack
 from typing import Any
 
 from llamaserve.api import server
+from llamaserve.chat.builtin_template import BuiltinTemplate
+from llamaserve.chat.prompt_template import PromptTemplate
 from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError
 from llamaserve.config import ConfigError, CpuPlacement, ServerConfig
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.slot_files import SlotFiles
+from llamaserve.llama.builtin_templates import builtin_template_names, render_builtin
 from llamaserve.llama.context import Context, ContextSettings
 from llamaserve.llama.devices import list_devices_text
 from llamaserve.llama.embed import Embedder
@@ -54,9 +57,35 @@ def _template_source(config: ServerConfig, model: Model) -> str:
         with open(config.chat_template_file, encoding="utf-8") as fh:
             return fh.read()
     if config.chat_template:
-        # A built-in name llama-server knows that we ship, or inline Jinja.
+        # Our ChatML (Jinja) or inline Jinja; the other built-in names go to _chat_template.
         return CHATML_TEMPLATE if config.chat_template.strip() == "chatml" else config.chat_template
     return model.chat_template() or CHATML_TEMPLATE
+
+
+def _builtin_name(config: ServerConfig) -> str | None:
+    """The llama.cpp built-in that ``--chat-template`` names, matched exactly as llama.cpp does.
+
+    ``chatml`` stays ours: the Jinja ChatML renders the same prompt for plain messages and, being
+    Jinja, keeps the generic tool-call format working (llama.cpp's built-ins refuse tools).
+    """
+    name = config.chat_template
+    if config.chat_template_file or not name or name.strip() == "chatml":
+        return None
+    return name if name in builtin_template_names() else None
+
+
+def _chat_template(config: ServerConfig, model: Model) -> tuple[PromptTemplate, str]:
+    """The runtime's template and what /props shows for it (a built-in's name, as llama-server)."""
+    name = _builtin_name(config)
+    if name is not None:
+        return BuiltinTemplate(name, render_builtin), name
+    source = _template_source(config, model)
+    bos = model.token_text(model.bos) if model.bos >= 0 else ""
+    eos = model.token_text(model.eos) if model.eos >= 0 else ""
+    try:
+        return ChatTemplate(source, bos_token=bos, eos_token=eos), source
+    except TemplateError as exc:
+        raise ConfigError(f"the chat template does not compile: {exc}") from exc
 
 
 def _json_object(text: str, flag: str) -> dict[str, Any]:
@@ -253,13 +282,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         )
         if config.cache_persist:
             slot_files.load_all()  # before the scheduler thread starts: nothing else touches the KV yet
-    source = _template_source(config, model)
-    bos = model.token_text(model.bos) if model.bos >= 0 else ""
-    eos = model.token_text(model.eos) if model.eos >= 0 else ""
-    try:
-        template = ChatTemplate(source, bos_token=bos, eos_token=eos)
-    except TemplateError as exc:
-        raise ConfigError(f"the chat template does not compile: {exc}") from exc
+    template, source = _chat_template(config, model)
     kwargs: dict[str, Any] = {}
     if config.chat_template_kwargs:
         kwargs = _json_object(config.chat_template_kwargs, "--chat-template-kwargs")

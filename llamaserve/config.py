@@ -142,7 +142,7 @@ class ServerConfig:
     cache_prompt: bool = True
     slot_prompt_similarity: float = 0.1
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    chat_template: str | None = None  # inline template text
+    chat_template: str | None = None  # inline Jinja, or a llama.cpp built-in name (llama3, gemma, ...)
     chat_template_file: str | None = None
     chat_template_kwargs: str | None = None  # JSON object
     jinja: bool = True

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamaserve.chat.template import ChatTemplate
+from llamaserve.chat.prompt_template import PromptTemplate
 from llamaserve.chat.tools import ToolFormat, detect_format
 from llamaserve.config import ServerConfig
 from llamaserve.engine.backend import Embedder, ModelInfo, Vocabulary
@@ -33,8 +33,8 @@ class ModelRuntime:
     n_ctx_slot: int  # tokens of context per slot
     scheduler: Scheduler
     engine: EngineClient
-    template: ChatTemplate
-    template_source: str
+    template: PromptTemplate  # Jinja (chat/template.py) or one of llama.cpp's built-ins
+    template_source: str  # the Jinja source, or a built-in's name (what /props shows, as llama-server)
     info: ModelInfo
     # Frees the native model, context and adapters; called once the scheduler has stopped.
     release: Callable[[], None]
