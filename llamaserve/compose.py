@@ -29,6 +29,7 @@ from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.slot_files import SlotFiles
 from llamaserve.llama.builtin_templates import builtin_template_names, render_builtin
 from llamaserve.llama.context import Context, ContextSettings
+from llamaserve.llama import control_vectors
 from llamaserve.llama.devices import list_devices_text
 from llamaserve.llama.embed import Embedder
 from llamaserve.llama.load_params import LoadSettingsError, ModelLoadSettings
@@ -197,6 +198,40 @@ def thread_pools(config: ServerConfig, context: Context) -> ThreadPools | None:
     return ThreadPools(context.handle, gen, batch)
 
 
+def control_vector_files(config: ServerConfig) -> list[tuple[str, float]]:
+    """`--control-vector A,B` (scale 1) and `--control-vector-scaled A:0.5` as (path, scale)."""
+    files = [(path, 1.0) for path in config.load.control_vectors]
+    for item in config.load.control_vectors_scaled:
+        path, sep, scale = item.rpartition(":")
+        try:
+            files.append((path, float(scale)))
+        except ValueError:
+            sep = ""
+        if not sep or not path:
+            raise ConfigError(f"--control-vector-scaled expects FNAME:SCALE, got '{item}'")
+    return files
+
+
+def apply_control_vectors(config: ServerConfig, context: Context, n_layer: int) -> None:
+    files = control_vector_files(config)
+    if not files:
+        return
+    start, end = (-1, -1)
+    if config.load.control_vector_layers is not None:
+        try:
+            start, end = (int(x) for x in config.load.control_vector_layers)
+        except ValueError as exc:
+            raise ConfigError("--control-vector-layer-range expects two layer numbers") from exc
+    # As llama-server: an unset (or non-positive) end of the range means the first or last layer.
+    start = start if start > 0 else 1
+    end = end if end > 0 else n_layer
+    try:
+        control_vectors.apply(context, control_vectors.load(files), start, end)
+    except control_vectors.ControlVectorError as exc:
+        raise ConfigError(str(exc)) from exc
+    log.info("control vectors: %d file(s) on layers %d-%d", len(files), start, end)
+
+
 def _announce_hardware_flags(config: ServerConfig) -> None:
     if config.hardware_flags and not gpu_offload_supported():
         log.warning(
@@ -256,6 +291,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     pools = thread_pools(config, context)
     if pools is not None:
         undo.callback(pools.close)
+    apply_control_vectors(config, context, model.n_layer)
     try:
         adapters = load_adapters(model, [path for path, _ in config.lora])
     except LoraError as exc:

@@ -77,6 +77,7 @@ class Model:
         self.eos: int = C.llama_vocab_eos(self.vocab)
         self.sep: int = C.llama_vocab_sep(self.vocab)
         self.n_ctx_train: int = int(C.llama_model_n_ctx_train(handle))
+        self.n_layer: int = int(C.llama_model_n_layer(handle))
         # Pieces are cached because detokenizing is on the hot path of every
         # generated token and the vocabulary never changes.
         self._piece_cache: dict[int, bytes] = {}

@@ -147,7 +147,20 @@ def test_text_flags_unescape_and_server_wide_sampling_defaults(model_file: str, 
     grammar = tmp_path / "g.gbnf"
     grammar.write_text('root ::= "yes"\n', encoding="utf-8")
     cfg = config_from_args(
-        ["-m", model_file, "-r", "User:\\n", "-r", "###", "-l", "15043+1", "-l", "2-inf", "--grammar-file", str(grammar)],
+        [
+            "-m",
+            model_file,
+            "-r",
+            "User:\\n",
+            "-r",
+            "###",
+            "-l",
+            "15043+1",
+            "-l",
+            "2-inf",
+            "--grammar-file",
+            str(grammar),
+        ],
         environ={},
     )
     assert cfg.reverse_prompts == ("User:\n", "###")
