@@ -7,7 +7,8 @@
 # llama-cpp-python's default Linux build (GGML_NATIVE=ON, OpenMP when found,
 # Release), except that libraries are linked statically so the binary is
 # self-contained, and that AMX is compiled out when the CPU advertises it but
-# cannot execute it (see amx_probe.c).
+# cannot execute it (see amx_probe.c). With CUDA (the same choice as scripts/bootstrap
+# makes for llama-cpp-python, in scripts/gpu.sh) the CUDA backend is built in too.
 #
 # Idempotent: if the binary exists it is not rebuilt (FORCE=1 to rebuild).
 # Logs go to stderr; the last line on stdout is the binary path, so
@@ -23,7 +24,11 @@
 #   AMX                       auto (default: probe the CPU), on, off
 #   EXTRA_CMAKE_ARGS          extra cmake flags (word-split), e.g. to match the
 #                             CMAKE_ARGS llama-cpp-python was built with
+#   LLAMASERVE_CUDA           1: CUDA build, 0: CPU build, unset: CUDA when a GPU and nvcc
+#                             are found (scripts/gpu.sh)
+#   CUDA_ARCHITECTURES        CUDA build only: e.g. "90" (default: the visible GPUs')
 #   FORCE=1                   rebuild even if the binary exists
+#   DRY_RUN=1                 print the backend and cmake flags, build nothing
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,7 +41,25 @@ PYTHON="${PYTHON:-python3}"
 
 log() { echo "[build_cpp_server] $*" >&2; }
 
-if [[ -x "$BIN" && "${FORCE:-0}" != "1" ]]; then
+# shellcheck source=../scripts/gpu.sh
+source "$ROOT/scripts/gpu.sh"
+BACKEND=cpu
+BACKEND_FLAGS=()
+if llamaserve_want_cuda; then
+    BACKEND=cuda
+    # shellcheck disable=SC2207  # the flags are words
+    BACKEND_FLAGS=($(llamaserve_cuda_cmake_args))
+    NVCC="$(llamaserve_nvcc)"
+    [[ -z "$NVCC" || -n "${CUDACXX:-}" ]] || export CUDACXX="$NVCC"
+fi
+
+# A binary built for the other backend does not count (a BUILD_INFO without the line predates CUDA: CPU).
+built_backend() {
+    local b
+    b="$(sed -n 's/^backend: //p' "$OUT/BUILD_INFO" 2>/dev/null || true)"
+    echo "${b:-cpu}"
+}
+if [[ -x "$BIN" && "${FORCE:-0}" != "1" && "${DRY_RUN:-0}" != "1" && "$(built_backend)" == "$BACKEND" ]]; then
     log "binary already present, skipping build (FORCE=1 to rebuild)"
     echo "$BIN"
     exit 0
@@ -59,14 +82,19 @@ SDIST="$SRC_ROOT/llama_cpp_python-$VER.tar.gz"
 TREE="$SRC_ROOT/llama_cpp_python-$VER"
 LLAMA_SRC="$TREE/vendor/llama.cpp"
 BUILD="$OUT/build-$VER"
-mkdir -p "$SRC_ROOT"
+[[ "$BACKEND" == cpu ]] || BUILD="$BUILD-$BACKEND"
+if [[ "${DRY_RUN:-0}" != "1" ]]; then
+    mkdir -p "$SRC_ROOT"
+fi
 
-if [[ ! -f "$SDIST" ]]; then
+if [[ "${DRY_RUN:-0}" == "1" ]]; then
+    :  # nothing fetched, nothing built
+elif [[ ! -f "$SDIST" ]]; then
     log "downloading sdist"
     "$PYTHON" -m pip download "llama-cpp-python==$VER" --no-deps --no-binary :all: \
         -d "$SRC_ROOT" >&2
 fi
-if [[ ! -f "$LLAMA_SRC/CMakeLists.txt" ]]; then
+if [[ "${DRY_RUN:-0}" != "1" && ! -f "$LLAMA_SRC/CMakeLists.txt" ]]; then
     log "extracting $SDIST"
     rm -rf "$TREE"
     tar -xzf "$SDIST" -C "$SRC_ROOT"
@@ -86,6 +114,9 @@ amx_works() {
 
 EXTRA_FLAGS=""
 AMX="${AMX:-auto}"
+if [[ "$AMX" == "auto" && "${DRY_RUN:-0}" == "1" ]]; then
+    AMX="auto (probed when building)"  # the probe compiles into $OUT: not in a dry run
+fi
 if [[ "$(uname -m)" == "x86_64" ]]; then
     if [[ "$AMX" == "auto" ]]; then
         if ! echo | "${CC:-cc}" -march=native -dM -E - 2>/dev/null | grep -q __AMX_TILE__; then
@@ -116,11 +147,18 @@ CMAKE_FLAGS=(
     -DLLAMA_BUILD_UI=OFF
     -DLLAMA_USE_PREBUILT_UI=OFF
     -DLLAMA_OPENSSL=OFF
+    "${BACKEND_FLAGS[@]}"
     "-DCMAKE_C_FLAGS=${CFLAGS:-} $EXTRA_FLAGS"
     "-DCMAKE_CXX_FLAGS=${CXXFLAGS:-} $EXTRA_FLAGS"
 )
 # shellcheck disable=SC2206  # word splitting intended
 CMAKE_FLAGS+=(${EXTRA_CMAKE_ARGS:-})
+
+if [[ "${DRY_RUN:-0}" == "1" ]]; then
+    log "dry run: backend $BACKEND, AMX $AMX"
+    echo "backend $BACKEND: cmake ${CMAKE_FLAGS[*]}"
+    exit 0
+fi
 
 log "configuring in $BUILD"
 cmake -S "$LLAMA_SRC" -B "$BUILD" "${GEN[@]}" "${CMAKE_FLAGS[@]}" >&2
@@ -134,6 +172,7 @@ mv -f "$BIN.tmp" "$BIN"
     echo "llama-cpp-python sdist: $VER"
     echo "cmake flags: ${CMAKE_FLAGS[*]}"
     echo "AMX: $AMX"
+    echo "backend: $BACKEND"
     # The sdist carries its git metadata, so this is llama.cpp's own commit.
     "$BIN" --version 2>&1 | head -n 1
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -45,40 +46,72 @@ def _client() -> httpx.Client:
     return httpx.Client(follow_redirects=True, timeout=TIMEOUT, headers={"User-Agent": USER_AGENT})
 
 
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from: the plain values of `-hf`, `-hff`, `-hft`, `-mu`, `-m` and `--offline`.
+
+    The server resolves one from its `ServerConfig`; `llama download` builds one from its own
+    arguments, so both follow the same cache and download rules.
+    """
+
+    hf_repo: str | None = None  # <user>/<model>[:quant]
+    hf_file: str | None = None
+    hf_token: str | None = None
+    model_url: str | None = None
+    model: str = ""  # with hf_repo or model_url: where the file is stored instead of the cache
+    offline: bool = False
+
+    @classmethod
+    def of(cls, config: ServerConfig) -> ModelSource:
+        return cls(
+            hf_repo=config.hf_repo,
+            hf_file=config.hf_file,
+            hf_token=config.hf_token,
+            model_url=config.model_url,
+            model=config.model,
+            offline=config.offline,
+        )
+
+
 def resolve_model(config: ServerConfig, environ: Mapping[str, str]) -> str:
-    """The local path of the model `config` names, downloading it if needed.
+    """The local path of the model `config` names, downloading it if needed (see `fetch_model`)."""
+    return fetch_model(ModelSource.of(config), environ)
+
+
+def fetch_model(source: ModelSource, environ: Mapping[str, str]) -> str:
+    """The local path of the model `source` names, downloading it if needed.
 
     `-hf` wins over `--model-url`, as in llama-server. A `-m` given with either
     is where the file is stored instead of the cache. Raises `DownloadError`.
     """
-    if config.hf_repo:
-        return _resolve_hf(config, environ)
-    if config.model_url:
-        return _resolve_url(config, environ)
-    return config.model
+    if source.hf_repo:
+        return _resolve_hf(source, environ)
+    if source.model_url:
+        return _resolve_url(source, environ)
+    return source.model
 
 
-def _resolve_url(config: ServerConfig, environ: Mapping[str, str]) -> str:
-    url = config.model_url or ""
+def _resolve_url(source: ModelSource, environ: Mapping[str, str]) -> str:
+    url = source.model_url or ""
     if not url.lower().startswith(("http://", "https://")):
         raise DownloadError(f"--model-url must be an http(s) URL, got '{url}'")
-    dest = Path(config.model) if config.model else url_cache_path(cache_dir(environ), url)
+    dest = Path(source.model) if source.model else url_cache_path(cache_dir(environ), url)
     if dest.is_file():
         _say(f"model: using cached {dest}")
         return str(dest)
-    if config.offline:
+    if source.offline:
         raise DownloadError(f"--offline: {url} is not in the cache (looked for {dest})")
     _say(f"model: downloading {url} -> {dest}")
     with _client() as client:
-        download(client, url, dest, token=config.hf_token)
+        download(client, url, dest, token=source.hf_token)
     return str(dest)
 
 
-def _destinations(config: ServerConfig, cache: Path, repo: str, files: list[str]) -> list[Path]:
+def _destinations(source: ModelSource, cache: Path, repo: str, files: list[str]) -> list[Path]:
     """Where each of `files` goes: the cache, or beside `-m` (which must then name part 1 of a split)."""
-    if not config.model:
+    if not source.model:
         return [hf_cache_path(cache, repo, f) for f in files]
-    paths = split_parts(config.model)
+    paths = split_parts(source.model)
     if len(paths) != len(files):
         raise DownloadError(
             f"-m with a split model ({len(files)} parts) must name its first part as "
@@ -87,44 +120,44 @@ def _destinations(config: ServerConfig, cache: Path, repo: str, files: list[str]
     return [Path(p) for p in paths]
 
 
-def _known_paths(config: ServerConfig, cache: Path, spec: RepoSpec) -> list[Path] | None:
+def _known_paths(source: ModelSource, cache: Path, spec: RepoSpec) -> list[Path] | None:
     """The local files this request means without asking the hub: -m, --hf-file, or the manifest."""
-    if config.model:
-        return [Path(p) for p in split_parts(config.model)]
-    names = split_parts(config.hf_file) if config.hf_file else read_manifest(cache, spec.repo, spec.tag)
-    return _destinations(config, cache, spec.repo, names) if names else None
+    if source.model:
+        return [Path(p) for p in split_parts(source.model)]
+    names = split_parts(source.hf_file) if source.hf_file else read_manifest(cache, spec.repo, spec.tag)
+    return _destinations(source, cache, spec.repo, names) if names else None
 
 
 def _all_present(paths: list[Path]) -> bool:
     return all(p.is_file() for p in paths)
 
 
-def _from_cache_listing(config: ServerConfig, cache: Path, spec: RepoSpec) -> Path | None:
+def _from_cache_listing(source: ModelSource, cache: Path, spec: RepoSpec) -> Path | None:
     """Pick among the repo's cached files with the hub's rules; None when nothing fits."""
-    if config.model:
-        paths = [Path(p) for p in split_parts(config.model)]
+    if source.model:
+        paths = [Path(p) for p in split_parts(source.model)]
         return paths[0] if _all_present(paths) else None
     try:
         files = pick_files(cached_repo_files(cache, spec.repo), spec.tag, spec.repo)
     except DownloadError:
         return None
-    paths = _destinations(config, cache, spec.repo, files)
+    paths = _destinations(source, cache, spec.repo, files)
     return paths[0] if _all_present(paths) else None
 
 
-def _resolve_hf(config: ServerConfig, environ: Mapping[str, str]) -> str:
-    spec = parse_repo(config.hf_repo or "")
+def _resolve_hf(source: ModelSource, environ: Mapping[str, str]) -> str:
+    spec = parse_repo(source.hf_repo or "")
     cache = cache_dir(environ)
     endpoint = hub_endpoint(environ)
-    what = spec.repo + (f":{spec.tag}" if spec.tag else "") + (f" ({config.hf_file})" if config.hf_file else "")
+    what = spec.repo + (f":{spec.tag}" if spec.tag else "") + (f" ({source.hf_file})" if source.hf_file else "")
 
     # 1. This exact request was resolved before (or names its file): use the cache as is.
-    known = _known_paths(config, cache, spec)
+    known = _known_paths(source, cache, spec)
     if known and _all_present(known):
         _say(f"model: using cached {known[0]}")
         return str(known[0])
-    if config.offline:
-        cached = None if config.hf_file else _from_cache_listing(config, cache, spec)
+    if source.offline:
+        cached = None if source.hf_file else _from_cache_listing(source, cache, spec)
         if cached is None:
             raise DownloadError(
                 f"--offline: {what} is not in the cache ({cache}); run once without --offline to download it"
@@ -134,26 +167,26 @@ def _resolve_hf(config: ServerConfig, environ: Mapping[str, str]) -> str:
 
     with _client() as client:
         # 2. Ask the hub which file(s) the request means; --hf-file needs no listing.
-        if config.hf_file:
-            files = split_parts(config.hf_file)
+        if source.hf_file:
+            files = split_parts(source.hf_file)
         else:
             try:
-                listing = list_repo_files(client, endpoint, spec.repo, config.hf_token)
+                listing = list_repo_files(client, endpoint, spec.repo, source.hf_token)
             except HubUnreachable as exc:
-                cached = _from_cache_listing(config, cache, spec)
+                cached = _from_cache_listing(source, cache, spec)
                 if cached is None:
                     raise
                 _say(f"model: {exc}; using cached {cached}")
                 return str(cached)
             files = pick_files(listing, spec.tag, spec.repo)
         # 3. Download what is missing (a split model part by part).
-        paths = _destinations(config, cache, spec.repo, files)
+        paths = _destinations(source, cache, spec.repo, files)
         for name, path in zip(files, paths):
             if path.is_file():
                 continue
             url = file_url(endpoint, spec.repo, name)
             _say(f"model: downloading {url} -> {path}")
-            download(client, url, path, token=config.hf_token, label=name.rsplit("/", 1)[-1])
-    if not config.hf_file and not config.model:
+            download(client, url, path, token=source.hf_token, label=name.rsplit("/", 1)[-1])
+    if not source.hf_file and not source.model:
         write_manifest(cache, spec.repo, spec.tag, files)
     return str(paths[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -48,6 +49,10 @@ def start_server(
     port = free_port()
     log_path = tmp / f"server-{port}.log"
     cmd = [*(program or [sys.executable, "-m", "llamaserve"]), "--port", str(port), *args]
+    if program is None:
+        # Extra flags for every llamaserve the tests start, last so they win: benchmarks/gpu_check.sh
+        # runs the tests on a GPU with "-ngl 99 -fa on". Unset in CI.
+        cmd += shlex.split(os.environ.get("LLAMASERVE_TEST_SERVER_ARGS", ""))
     log_file = open(log_path, "wb")  # noqa: SIM115 -- the server process writes to it until it stops
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"

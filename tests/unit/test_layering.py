@@ -37,6 +37,8 @@ ALLOWED: dict[str, set[str]] = {
     "serving": {"engine", "chat", "protocol", "errors", "sse", "config", "jsondepth"},
     "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth"},
     "cli": {"config", "engine.sampling", "hub", "compose"},
+    # `llama <command>`: serve goes through cli, download through hub, version asks llama/ of its build.
+    "unified_cli": {"cli", "hub", "llama.buildinfo"},
     "compose": {"*"},  # the composition root wires everything together
     "__main__": {"cli"},
     "__init__": set(),
