@@ -27,16 +27,17 @@ from llamaserve.engine.client import EngineClient
 from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.slot_files import SlotFiles
+from llamaserve.llama import control_vectors
+from llamaserve.llama.buildinfo import build_info
 from llamaserve.llama.builtin_templates import builtin_template_names, render_builtin
 from llamaserve.llama.context import Context, ContextSettings
-from llamaserve.llama import control_vectors
 from llamaserve.llama.devices import list_devices_text
 from llamaserve.llama.embed import Embedder
 from llamaserve.llama.load_params import LoadSettingsError, ModelLoadSettings
 from llamaserve.llama.logs import route_llama_logs
 from llamaserve.llama.lora import LoraError, load_adapters
 from llamaserve.llama.memory import malloc_trim
-from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, gpu_offload_supported, init_numa, system_info
+from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, gpu_offload_supported, init_numa
 from llamaserve.llama.progress import set_load_progress
 from llamaserve.llama.runner import LlamaRunner
 from llamaserve.llama.threads import PoolSpec, ThreadPools, set_process_priority
@@ -241,7 +242,9 @@ def _announce_hardware_flags(config: ServerConfig) -> None:
 
 
 def version_text() -> str:
-    return f"version: {BUILD_INFO}\nsystem: {system_info()}\n"
+    """`llama-server --version`: ours and what llama.cpp says of its build."""
+    info = build_info()
+    return f"version: {BUILD_INFO}\nllama.cpp: {info.llama_version}\nsystem: {info.system_info}\n"
 
 
 def devices_text() -> str:

@@ -55,19 +55,3 @@ def main(argv: Sequence[str] | None = None, prog: str = "llama-server") -> int:
 
 def entry_llama_server() -> None:
     sys.exit(main())
-
-
-def llama_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `llama`: `llama serve [flags]`."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
-        sys.stdout.write("usage: llama serve [llama-server flags]\n")
-        return 0 if args else 1
-    if args[0] != "serve":
-        sys.stderr.write(f"error: unknown command '{args[0]}' (try: llama serve --help)\n")
-        return 1
-    return main(args[1:], prog="llama serve")
-
-
-def entry_llama() -> None:
-    sys.exit(llama_main())

@@ -47,13 +47,6 @@ def gpu_offload_supported() -> bool:
     return bool(C.llama_supports_gpu_offload())
 
 
-def system_info() -> str:
-    """llama.cpp's build features (the CPU extensions and backends it was compiled with)."""
-    ensure_backend()
-    raw = C.llama_print_system_info()
-    return (raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)).strip()
-
-
 class ModelLoadError(RuntimeError):
     """The GGUF file could not be loaded."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server.conftest import free_port, start_server, stop_server
+from tests.server.conftest import start_server, stop_server
 
 SERVES: dict[str, list[str]] = {
     "readme basic": ["-c", "2048"],
@@ -94,16 +94,14 @@ def test_documented_command_line_serves_a_chat(name: str, model_path: str, tmp_p
 
 
 def test_docker_compose_variables_configure_the_server(model_path: str, tmp_path: Path) -> None:
-    port = free_port()
     env = {
         "LLAMA_ARG_MODEL": model_path,
         "LLAMA_ARG_CTX_SIZE": "4096",
         "LLAMA_ARG_N_PARALLEL": "2",
         "LLAMA_ARG_ENDPOINT_METRICS": "1",
-        "LLAMA_ARG_PORT": str(port),
         "LLAMA_ARG_CACHE_TYPE_K": "q8_0",
     }
-    server = start_server([], tmp_path, env=env, port=port)
+    server = start_server([], tmp_path, env=env)
     try:
         props = httpx.get(f"{server.url}/props", timeout=30).json()
         assert props["total_slots"] == 2

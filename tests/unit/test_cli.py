@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaserve.cli import config_from_args, llama_main
+from llamaserve.cli import config_from_args
 from llamaserve.config import ConfigError
 
 
@@ -128,19 +128,3 @@ def test_missing_model_exits_1_with_a_message() -> None:
     r = run_cli("-m", "/nonexistent/model.gguf")
     assert r.returncode == 1
     assert "model file not found" in r.stderr
-
-
-def test_llama_serve_subcommand() -> None:
-    assert llama_main(["frobnicate"]) == 1
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from llamaserve.cli import llama_main; "
-            "sys.exit(llama_main(['serve', '-m', '/nonexistent.gguf']))",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 1 and "model file not found" in r.stderr
