@@ -116,10 +116,17 @@ def _ui_settings(config: ServerConfig) -> dict[str, Any]:
 
 def cache_policy(config: ServerConfig) -> CachePolicy:
     ram = config.cache_ram_mib
+    idle = config.cache_idle_slots and ram != 0
+    if config.cache_idle_slots and ram == 0:
+        log.warning("--cache-idle-slots requires --cache-ram, disabling")
+    elif idle:
+        log.debug("idle slots are saved to the prompt cache when a task starts __TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")
     return CachePolicy(
         cache_reuse=config.cache_reuse,
         context_shift=config.context_shift,
         cache_ram_bytes=ram * 1024 * 1024 if ram > 0 else ram,
+        cache_idle_slots=idle,
+        kv_unified=config.effective_kv_unified,
     )
 
 

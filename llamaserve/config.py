@@ -218,6 +218,7 @@ class ServerConfig:
     cors_headers: tuple[str, ...] = ("*",)
     tags: tuple[str, ...] = ()
     kv_unified_per_slot: int = 0
+    cache_idle_slots: bool = True  # idle slots' KV to the host-memory cache when a task starts
     # logging
     log_jsonl: bool = False
     log_prefix: bool = False

@@ -18,7 +18,7 @@ from llamaserve.engine.sampling import (
 
 # Destinations that only mark a flag as given (pending features) and set no config field.
 _MARKERS = frozenset({"spec", "router", "tools", "mmproj", "rpc", "removed", "mmproj_auto", "mmproj_offload"})
-_MARKERS_TOO = frozenset({"models_autoload", "cache_idle_slots"})
+_MARKERS_TOO = frozenset({"models_autoload"})
 _PARTS = {f.name for f in fields(ServerConfig) if f.name in ("load", "tuning", "cpu", "cpu_batch")}
 
 

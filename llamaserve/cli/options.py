@@ -28,7 +28,6 @@ MULTIMODAL = "multimodal input (mtmd)"
 SPECULATIVE = "speculative decoding"
 TOOLS = "agent tools and MCP servers"
 RPC = "llama.cpp's RPC backend"
-IDLE_SLOTS = "moving idle slots' KV to the host-memory cache (--cache-idle-slots; use --no-cache-idle-slots)"
 
 
 @dataclass(frozen=True)
@@ -866,8 +865,6 @@ OPTIONS: tuple[Opt, ...] = (
         neg="--no-cache-idle-slots",
         env="LLAMA_ARG_CACHE_IDLE_SLOTS",
         group=SERVER,
-        feature=IDLE_SLOTS,
-        inert=(False,),
         help="move idle slots' KV to the prompt cache when a new task needs room",
     ),
     _o(

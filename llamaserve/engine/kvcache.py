@@ -139,3 +139,7 @@ class CachePolicy:
     cache_reuse: int = 0  # --cache-reuse: smallest chunk moved by KV shifting; 0 = off
     context_shift: bool = False  # --context-shift
     cache_ram_bytes: int = 0  # --cache-ram in bytes; 0 = off, < 0 = no limit
+    # --cache-idle-slots: when a task starts, idle slots are copied to the host-memory cache and,
+    # with a unified KV, cleared; attention then spans only the active slots' cells.
+    cache_idle_slots: bool = False
+    kv_unified: bool = False

@@ -8,11 +8,15 @@ sequences and keep `Slot.cache_tokens` equal to what the sequence holds.
 
 from __future__ import annotations
 
+import logging
+
 from llamaserve.engine.kvcache import CachePolicy, PromptCache, context_shift, plan_chunk_reuse
 from llamaserve.engine.runner import Runner
 from llamaserve.engine.slots import Slot, common_prefix_length
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.types import GenerationRequest
+
+log = logging.getLogger("llamaserve")
 
 
 class SlotKV:
@@ -62,6 +66,26 @@ class SlotKV:
         keep = min(keep, len(prompt) - 1)  # the last prompt token is decoded again for its logits
         self._truncate(slot, keep)
         return keep
+
+    def park_idle(self, slots: list[Slot]) -> None:
+        """--cache-idle-slots: keep idle slots' KV in host memory only, as llama-server does.
+
+        llama.cpp's attention covers every used cell of a unified KV, so a long idle conversation
+        slows every other request and can fill the cache; parked, it comes back from the host
+        cache when its conversation returns. Without a unified KV clearing frees nothing another
+        slot could use, so only the copy is made.
+        """
+        if not self.policy.cache_idle_slots or self.prompt_cache is None:
+            return
+        for slot in slots:
+            if slot.busy or not slot.cache_tokens:
+                continue
+            self._park(slot)
+            # The tag is llama-server's: its test suite reads the log to see the slot parked.
+            log.debug("slot %d: saving idle slot to prompt cache __TEST_TAG_CACHE_IDLE_SLOT__", slot.id)
+            if self.policy.kv_unified:
+                self._truncate(slot, 0)
+                self.stats.idle_slots_cleared += 1
 
     def _truncate(self, slot: Slot, keep: int) -> None:
         if keep < len(slot.cache_tokens):

@@ -21,3 +21,4 @@ class SchedulerStats:
     prompt_cache_hits: int = 0  # prompts started from a parked state
     cache_reuse_tokens: int = 0  # tokens kept by moving chunks (--cache-reuse)
     context_shifts: int = 0
+    idle_slots_cleared: int = 0  # idle slots moved to the host-memory cache (--cache-idle-slots)

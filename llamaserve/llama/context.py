@@ -195,6 +195,8 @@ class Context:
 
     def close(self) -> None:
         if self.handle:
+            if self.settings.perf:  # --perf: llama.cpp's own timings, printed through its log as llama-server does
+                C.llama_perf_context_print(self.handle)
             C.llama_batch_free(self.batch)
             C.llama_free(self.handle)
             self.handle = None

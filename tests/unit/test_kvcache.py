@@ -97,6 +97,38 @@ def test_without_cache_ram_a_taken_over_slot_recomputes() -> None:
     assert c.finished is not None and c.finished.n_cached == 0
 
 
+def test_idle_slots_leave_a_unified_kv_when_a_task_starts_and_come_back_from_ram() -> None:
+    policy = CachePolicy(cache_ram_bytes=1 << 20, cache_idle_slots=True, kv_unified=True)
+    s, runner = make(n_slots=2, policy=policy, n_batch=64)
+    conv_a, conv_b = list(range(100, 140)), list(range(300, 340))
+    submit(s, [*conv_a, 1], n_predict=2)
+    run_until_idle(s)
+    submit(s, [*conv_b, 1], n_predict=2)  # starts on the other slot: the first is parked and cleared
+    run_until_idle(s)
+    assert s.stats.idle_slots_cleared == 1 and s.stats.prompt_cache_saves == 1
+    assert sum(len(runner.tokens(i)) > 0 for i in range(2)) == 1  # only the active conversation holds cells
+    _, again = submit(s, [*conv_a, 2], n_predict=2)
+    run_until_idle(s)
+    assert again.finished is not None and again.finished.n_cached == 40  # restored from host memory
+    assert s.stats.prompt_cache_hits == 1
+
+
+def test_idle_slots_stay_when_the_kv_is_per_slot_or_the_flag_is_off() -> None:
+    for policy in (
+        CachePolicy(cache_ram_bytes=1 << 20, cache_idle_slots=True, kv_unified=False),
+        CachePolicy(cache_ram_bytes=1 << 20, cache_idle_slots=False, kv_unified=True),
+    ):
+        s, runner = make(n_slots=2, policy=policy, n_batch=64)
+        submit(s, [*range(100, 140), 1], n_predict=2)
+        run_until_idle(s)
+        submit(s, [*range(300, 340), 1], n_predict=2)
+        run_until_idle(s)
+        assert s.stats.idle_slots_cleared == 0
+        assert all(len(runner.tokens(i)) > 0 for i in range(2))
+        # Per-slot KV: a copy goes to host memory all the same, for a request that lands elsewhere.
+        assert s.stats.prompt_cache_saves == (1 if policy.cache_idle_slots else 0)
+
+
 # ------------------------------------------------------------ --cache-reuse
 def test_cache_reuse_moves_chunks_and_reports_them_as_cached() -> None:
     s, runner = make(policy=CachePolicy(cache_reuse=4), n_batch=64)

@@ -1,0 +1,37 @@
+"""--cache-idle-slots: conversations taking turns on a unified KV neither fill it nor lose their cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.server.conftest import start_server, stop_server
+
+
+def conversation(seed: int) -> str:
+    # About 700 tokens of text no other conversation shares.
+    return " ".join(f"w{seed}x{i}" for i in range(260))
+
+
+def ask(url: str, seed: int) -> dict[str, Any]:
+    body = {"prompt": conversation(seed), "n_predict": 4, "temperature": 0}
+    r = httpx.post(f"{url}/completion", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    answer: dict[str, Any] = r.json()
+    return answer
+
+
+def test_three_long_conversations_in_turn_fit_and_come_back_cached(model_path: str, tmp_path: Path) -> None:
+    # Four slots share 2,048 cells: two idle 700-token conversations would leave no room for a third.
+    server = start_server(["-m", model_path, "-c", "2048", "-t", "2"], tmp_path)
+    try:
+        first = ask(server.url, 1)
+        assert first["tokens_evaluated"] > 650
+        ask(server.url, 2)
+        ask(server.url, 3)
+        again = ask(server.url, 1)  # parked in host memory when the others started, restored now
+        assert again["timings"]["cache_n"] >= first["tokens_evaluated"] - 1
+    finally:
+        stop_server(server)
