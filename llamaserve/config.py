@@ -267,7 +267,7 @@ class ServerConfig:
             if not os.path.isfile(path):
                 raise ConfigError(f"LoRA adapter not found: {path}")
         # With -hf/--model-url the file may not exist yet: hub.resolve_model fetches it after this check.
-        if not (self.hf_repo or self.model_url) and not os.path.isfile(self.model):
+        if not (self.hf_repo or self.model_url or self.docker_repo) and not os.path.isfile(self.model):
             raise ConfigError(f"model file not found: {self.model}")
         if self.n_parallel == 0 or self.n_parallel < -1:
             raise ConfigError("--parallel must be -1 (auto) or at least 1")

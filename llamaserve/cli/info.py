@@ -16,10 +16,10 @@ def run_action(action: str, prog: str) -> int:
         sys.stdout.write(render_completion(prog))
         return 0
     if action == "cache_list":
+        from llamaserve.hub import format_cache_list, list_cached_models
         from llamaserve.hub.cache import cache_dir
-        from llamaserve.hub.listing import format_cache_list  # type: ignore[import-not-found]
 
-        sys.stdout.write(format_cache_list(cache_dir(os.environ)))
+        sys.stdout.write(format_cache_list(list_cached_models(cache_dir(os.environ))))
         return 0
     # The rest need libllama: imported only here so --help stays fast and works without it.
     from llamaserve.compose import devices_text, version_text

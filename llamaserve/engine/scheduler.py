@@ -250,8 +250,8 @@ class Scheduler:
                 slot = self._choose_slot(group[0].request)
                 if slot is None:
                     still_waiting.append(group)
-                elif self._start(slot, group[0]):
-                    self.kv.park_idle(self.slots)
+                else:
+                    self._start(slot, group[0])
                 continue
             idle = [s for s in self.slots if not s.busy]
             if len(idle) < len(group):
@@ -263,7 +263,6 @@ class Scheduler:
                 others = [s for s in idle if s is not leader]
                 for slot, task in zip(others, group[1:]):
                     self._start_follower(slot, task, leader)
-                self.kv.park_idle(self.slots)
             else:
                 for task in group[1:]:
                     task.sink([Failed("the prompt could not be started")])
@@ -305,6 +304,8 @@ class Scheduler:
                 ]
             )
             return False
+        # Before this slot's KV is prepared, so that a state restored from host memory finds room.
+        self.kv.park_idle([s for s in self.slots if s is not slot])
         keep = self.kv.prepare(slot, req)
         slot.clear_task()
         slot.task = task

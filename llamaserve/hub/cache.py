@@ -5,7 +5,8 @@ The layout follows llama.cpp's flat cache: a file of repo `user/model` is
 `--model-url` download keeps the URL's last path segment, and the file an
 `-hf user/model:tag` request picked is remembered in
 `manifest=user=model=tag.json` so a later start knows which file that request
-means without asking the hub.
+means without asking the hub. A `-dr repo/model:tag` Docker model is
+`<cache>/repo_model_tag.gguf`, the name llama.cpp gives it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def url_cache_path(cache: Path, url: str) -> Path:
     if not name or name in (".", ".."):
         name = "model.gguf"
     return cache / name.replace(os.sep, "_")
+
+
+def docker_cache_path(cache: Path, repo: str, tag: str) -> Path:
+    """llama.cpp's name for a Docker Hub model: every `/` of the repo becomes `_`, then `_<tag>.gguf`."""
+    return cache / f"{repo.replace('/', '_')}_{tag}.gguf"
 
 
 def manifest_path(cache: Path, repo: str, tag: str | None) -> Path:

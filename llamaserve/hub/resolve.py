@@ -60,6 +60,7 @@ class ModelSource:
     model_url: str | None = None
     model: str = ""  # with hf_repo or model_url: where the file is stored instead of the cache
     offline: bool = False
+    docker_repo: str | None = None  # -dr [<repo>/]<model>[:tag]
 
     @classmethod
     def of(cls, config: ServerConfig) -> ModelSource:
@@ -70,6 +71,7 @@ class ModelSource:
             model_url=config.model_url,
             model=config.model,
             offline=config.offline,
+            docker_repo=config.docker_repo,
         )
 
 
@@ -81,9 +83,13 @@ def resolve_model(config: ServerConfig, environ: Mapping[str, str]) -> str:
 def fetch_model(source: ModelSource, environ: Mapping[str, str]) -> str:
     """The local path of the model `source` names, downloading it if needed.
 
-    `-hf` wins over `--model-url`, as in llama-server. A `-m` given with either
+    `-dr` wins over `-hf`, which wins over `--model-url`, as in llama-server. A `-m` given with either
     is where the file is stored instead of the cache. Raises `DownloadError`.
     """
+    if source.docker_repo:
+        from llamaserve.hub.docker import resolve_docker  # here: docker.py takes its HTTP settings from this module
+
+        return resolve_docker(source.docker_repo, cache=cache_dir(environ), offline=source.offline, environ=environ)
     if source.hf_repo:
         return _resolve_hf(source, environ)
     if source.model_url:
