@@ -156,7 +156,7 @@ class ServerConfig:
     ssl_key_file: str | None = None
     ssl_cert_file: str | None = None
     cors_origins: tuple[str, ...] = ("*",)
-    cors_credentials: bool | None = None  # None: only when origins are listed explicitly
+    cors_credentials: bool | None = None  # None: not given, on (llama-server's default)
     body_limit_mib: int = 32
     log_file: str | None = None
     log_timestamps: bool = True
@@ -220,7 +220,7 @@ class ServerConfig:
     kv_unified_per_slot: int = 0
     # logging
     log_jsonl: bool = False
-    log_prefix: bool = False
+    log_prefix: bool = True  # llama-server turns it on at start; --no-log-prefix: bare messages
     log_prompts_dir: str | None = None
     docker_repo: str | None = None
     # The GPU-only flags given (-ngl, -ts, ...): on a CPU build the log says they have no effect.
