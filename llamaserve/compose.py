@@ -23,6 +23,7 @@ from llamaserve.chat.builtin_template import BuiltinTemplate
 from llamaserve.chat.prompt_template import PromptTemplate
 from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError
 from llamaserve.config import ConfigError, CpuPlacement, ServerConfig
+from llamaserve.engine.backend import Vocabulary
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.scheduler import Scheduler
@@ -42,6 +43,7 @@ from llamaserve.llama.progress import set_load_progress
 from llamaserve.llama.runner import LlamaRunner
 from llamaserve.llama.threads import PoolSpec, ThreadPools, set_process_priority
 from llamaserve.serving.lora import from_config as lora_from_config
+from llamaserve.serving.prompt_log import PromptLoggingClient
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
 
@@ -349,7 +351,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         model=model,
         n_ctx_slot=context.n_ctx_seq,
         scheduler=scheduler,
-        engine=EngineClient(scheduler),
+        engine=_engine_client(config, scheduler, model),
         template=template,
         template_source=source,
         info=info,
@@ -361,6 +363,17 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         release=release,
         build_info=BUILD_INFO,
     )
+
+
+def _engine_client(config: ServerConfig, scheduler: Scheduler, model: Vocabulary) -> EngineClient:
+    """The engine client the routes use; with --log-prompts-dir, one that writes each prompt down."""
+    if config.log_prompts_dir is None:
+        return EngineClient(scheduler)
+    try:  # created up front, as llama-server does when it parses the flag
+        os.makedirs(config.log_prompts_dir, exist_ok=True)
+    except OSError as exc:
+        log.warning("failed to create --log-prompts-dir '%s': %s", config.log_prompts_dir, exc)
+    return PromptLoggingClient(scheduler, model, config.log_prompts_dir)
 
 
 def serve(config: ServerConfig) -> int:

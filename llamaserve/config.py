@@ -156,7 +156,7 @@ class ServerConfig:
     ssl_key_file: str | None = None
     ssl_cert_file: str | None = None
     cors_origins: tuple[str, ...] = ("*",)
-    cors_credentials: bool | None = None  # None: only when origins are listed explicitly
+    cors_credentials: bool | None = None  # None: not given, on (llama-server's default)
     body_limit_mib: int = 32
     log_file: str | None = None
     log_timestamps: bool = True
@@ -221,7 +221,7 @@ class ServerConfig:
     cache_idle_slots: bool = True  # idle slots' KV to the host-memory cache when a task starts
     # logging
     log_jsonl: bool = False
-    log_prefix: bool = False
+    log_prefix: bool = True  # llama-server turns it on at start; --no-log-prefix: bare messages
     log_prompts_dir: str | None = None
     docker_repo: str | None = None
     # The GPU-only flags given (-ngl, -ts, ...): on a CPU build the log says they have no effect.

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 
 from fastapi import FastAPI, Request
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from llamaserve.api.cors import CORSMiddleware, CorsPolicy
 from llamaserve.api.http import JSONUTF8Response
 from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware, IdleMiddleware
+from llamaserve.api.prefix import PrefixMiddleware
 from llamaserve.api.routes_anthropic import anthropic_routes
 from llamaserve.api.routes_native import native_routes
 from llamaserve.api.routes_openai import openai_routes
@@ -29,21 +30,17 @@ log = logging.getLogger("llamaserve.http")
 
 
 def _add_middleware(app: FastAPI, state: ServerState) -> None:
-    """Outermost last: the access log sees every answer, CORS answers preflights before
-    the key check, the key check guards everything else, and only authorised tasks
-    reach the idle tracking (and may wake a sleeping model)."""
+    """Outermost last: the access log sees every answer; CORS answers preflights before
+    anything else and marks every answer (unprefixed 404s and 401s too, as llama-server);
+    the prefix is stripped before the key check guards everything else; and only
+    authorised tasks reach the idle tracking (and may wake a sleeping model)."""
     config = state.config
     if config.sleep_idle_seconds > 0:
         app.add_middleware(IdleMiddleware, sleeper=IdleSleeper(state, config.sleep_idle_seconds))
     app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
-    credentials = config.cors_credentials if config.cors_credentials is not None else "*" not in config.cors_origins
-    app.add_middleware(
-        CORSMiddleware,
-        allow_origins=list(config.cors_origins),
-        allow_credentials=credentials and "*" not in config.cors_origins,
-        allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-        allow_headers=["*"],
-    )
+    if config.api_prefix:
+        app.add_middleware(PrefixMiddleware, prefix=config.api_prefix)
+    app.add_middleware(CORSMiddleware, policy=CorsPolicy.from_config(config))
     app.add_middleware(AccessLogMiddleware)
 
 
@@ -76,6 +73,7 @@ def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="llamaserve", version="0.1.0", docs_url=None, redoc_url=None)
     app.state.server = state
     app.state.body_limit = config.body_limit_mib * 1024 * 1024
+    app.state.sse_ping_interval = config.sse_ping_interval
     _add_middleware(app, state)
     _add_error_handlers(app)
     for router in (

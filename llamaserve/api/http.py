@@ -7,6 +7,8 @@ renders templates.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -16,6 +18,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
+from llamaserve.api.keepalive import PING, arrives_within, next_of, ping_seconds, with_pings
 from llamaserve.api.sse import sse_response, until_disconnect
 from llamaserve.errors import APIError, validation_message
 from llamaserve.jsondepth import nests_deeper
@@ -149,25 +152,60 @@ async def stream_events(
     *,
     error_frame: Callable[[APIError], bytes] | None = None,
 ) -> Response:
-    """An SSE response whose status is decided by the first event.
+    """An SSE response whose status is decided by the first event, with --sse-ping-interval pings.
 
     Waiting for the first event means a request that cannot start (prompt
     too long, bad parameters found by the engine) gets a proper 4xx instead
     of a 200 stream holding an error. Later failures are sent in-stream.
+    When the first event takes longer than the ping interval (the request waits
+    for a slot, or a long prompt is being processed), the 200 goes out with a ping
+    so that proxies keep the connection, and a failure after that is sent in-stream.
     """
     recorded = _recording(request, events)
+    seconds = ping_seconds(getattr(request.app.state, "sse_ping_interval", -1))
+    first_task = asyncio.ensure_future(next_of(recorded))
     try:
-        first = await until_disconnect(request, recorded.__anext__())
-    except StopAsyncIteration:
-        raise APIError("generation ended without a result", "server_error") from None
+        ready = await until_disconnect(request, arrives_within(first_task, seconds))
+    except BaseException:
+        await _stop(first_task, recorded)
+        raise
+    if ready:
+        try:
+            first = first_task.result()
+        except StopAsyncIteration:
+            raise APIError("generation ended without a result", "server_error") from None
+        head = _chain(first, recorded)
+    else:
+        head = _chain_pending(first_task, recorded)
 
     async def body() -> AsyncIterator[bytes]:
         try:
-            async for chunk in frame(_chain(first, recorded)):
+            if not ready:
+                yield PING
+            async for chunk in frame(head):
                 yield chunk
         except APIError as exc:
             yield error_frame(exc) if error_frame else data_event(exc.openai_body())
         finally:
-            await recorded.aclose()
+            await _stop(first_task, recorded)
 
-    return sse_response(body())
+    return sse_response(with_pings(body(), seconds))
+
+
+async def _chain_pending(first: asyncio.Future[Tagged], rest: AsyncIterator[Tagged]) -> AsyncIterator[Tagged]:
+    try:
+        event = await first
+    except StopAsyncIteration:
+        raise APIError("generation ended without a result", "server_error") from None
+    yield event
+    async for item in rest:
+        yield item
+
+
+async def _stop(first: asyncio.Future[Tagged], recorded: AsyncGenerator[Tagged, None]) -> None:
+    """Ends the generation: its `finally` aborts the engine request (the slot is freed)."""
+    if not first.done():
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await first
+    await recorded.aclose()

@@ -17,14 +17,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import ClassVar, TextIO
+from typing import TextIO
 
 import uvicorn
 
 from llamaserve.api.app import create_app
+from llamaserve.api.listen import BindError, close_listeners, open_listeners
+from llamaserve.api.logs import setup_logging
 from llamaserve.api.shutdown import DrainMiddleware
+from llamaserve.api.threads import size_worker_threads
 from llamaserve.api.timeouts import TimeoutMiddleware, read_timeout_protocol
-from llamaserve.config import ServerConfig
 from llamaserve.serving.state import ServerState
 
 log = logging.getLogger("llamaserve")
@@ -41,46 +43,6 @@ class NativeHooks:
     route_logs: Callable[[bool], None]  # send the library's own log into Python logging (verbose or not)
     # Report loading progress (0..1) to a callback; the callback returning False aborts the load.
     set_load_progress: Callable[[Callable[[float], bool] | None], None]
-
-
-_LEVELS = {0: logging.CRITICAL, 1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO}
-
-
-class _ColorFormatter(logging.Formatter):
-    COLORS: ClassVar[dict[int, str]] = {
-        logging.ERROR: "\033[31m",
-        logging.WARNING: "\033[33m",
-        logging.DEBUG: "\033[90m",
-    }
-
-    def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        color = self.COLORS.get(record.levelno)
-        return f"{color}{text}\033[0m" if color else text
-
-
-def setup_logging(config: ServerConfig, route_native_logs: Callable[[bool], None]) -> None:
-    """-lv/-v pick the level; --log-file, --log-timestamps, --log-colors, --log-disable shape it."""
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    if config.log_disable:
-        root.addHandler(logging.NullHandler())
-        root.setLevel(logging.CRITICAL + 1)
-        route_native_logs(False)
-        return
-    level = _LEVELS.get(config.log_verbosity, logging.DEBUG)
-    fmt = ("%(asctime)s " if config.log_timestamps else "") + "%(levelname).1s %(name)s: %(message)s"
-    stream_handler = logging.StreamHandler(sys.stderr)
-    colors = config.log_colors == "on" or (config.log_colors == "auto" and sys.stderr.isatty())
-    stream_handler.setFormatter(_ColorFormatter(fmt) if colors else logging.Formatter(fmt))
-    root.addHandler(stream_handler)
-    if config.log_file:
-        file_handler = logging.FileHandler(config.log_file, encoding="utf-8")
-        file_handler.setFormatter(logging.Formatter(fmt))
-        root.addHandler(file_handler)
-    root.setLevel(level)
-    route_native_logs(config.log_verbosity > 3)
 
 
 def terminal_load_bar(stream: TextIO) -> Callable[[float], None]:
@@ -104,14 +66,17 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
     """Serve until SIGTERM/SIGINT while `state.loader` loads the model in the background; the exit code."""
     config = state.config
     setup_logging(config, hooks.route_logs)
+    try:
+        listeners = open_listeners(config)
+    except BindError as exc:
+        log.error("%s", exc)
+        return 1
     # Outermost: a stalled body read or response write is bounded before anything else sees it,
     # including the closing message a shutdown drain sends.
     drain = DrainMiddleware(create_app(state))
     app = TimeoutMiddleware(drain, config.timeout)
     uv_config = uvicorn.Config(
         app,
-        host=config.host,
-        port=config.port,
         log_level="warning",
         access_log=False,
         timeout_keep_alive=max(5, min(config.timeout, 600)),
@@ -136,7 +101,8 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
         nonlocal exit_code
         try:
             state.runtime = state.loader(config)
-            log.info("server listening on http://%s:%d", config.host, config.port)
+            for listener in listeners:
+                log.info("server listening on %s", listener.address)
         except Exception as exc:  # reported and turned into exit code 1
             if server.should_exit:
                 log.info("model load stopped: shutting down")
@@ -168,9 +134,10 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
                 log.info("shutting down: %d request(s) in flight get up to %d s", drain.inflight, GRACEFUL_SHUTDOWN_S)
             await drain.drain(GRACEFUL_SHUTDOWN_S)
 
+        size_worker_threads(config.threads_http)
         watcher = asyncio.create_task(drain_on_shutdown())
         try:
-            await server.serve()
+            await server.serve(sockets=[listener.sock for listener in listeners])
         finally:
             watcher.cancel()
             # Stop the scheduler while the loop still runs: it may still hand
@@ -189,6 +156,7 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
         pass
     finally:
         close_runtime()  # a no-op unless run() was interrupted before its own close
+        close_listeners(listeners)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return exit_code

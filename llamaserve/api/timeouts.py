@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from llamaserve.api.header_case import respell_headers
 from llamaserve.errors import APIError
 
 log = logging.getLogger("llamaserve")
@@ -141,6 +142,8 @@ def read_timeout_protocol(timeout: float) -> type[asyncio.Protocol] | None:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            write = transport.write
+            transport.write = lambda data: write(respell_headers(bytes(data)))  # type: ignore[method-assign]
             self._arm()
 
         def on_message_begin(self) -> None:

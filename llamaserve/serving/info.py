@@ -92,7 +92,7 @@ def models(rt: ModelRuntime) -> dict[str, Any]:
             {
                 "id": name,
                 "aliases": list(rt.config.alias[1:]),
-                "tags": [],
+                "tags": sorted(set(rt.config.tags)),  # llama-server keeps them in a std::set
                 "object": "model",
                 "created": rt.created,
                 "owned_by": "llamacpp",

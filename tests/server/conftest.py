@@ -44,6 +44,7 @@ def start_server(
     timeout: float = 120.0,
     ready_scheme: str = "http",
     program: list[str] | None = None,
+    health_path: str = "/health",
 ) -> RunningServer:
     """Start a server (ours unless `program` names another binary) and wait for /health."""
     port = free_port()
@@ -62,7 +63,7 @@ def start_server(
             raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
         try:
             probe = url.replace("http://", f"{ready_scheme}://")
-            if httpx.get(f"{probe}/health", timeout=2, verify=False).status_code == 200:
+            if httpx.get(f"{probe}{health_path}", timeout=2, verify=False).status_code == 200:
                 return RunningServer(url, proc, log_path)
         except httpx.HTTPError:
             pass
