@@ -16,13 +16,14 @@ import logging
 import os
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from typing import Any
 
 from llamaserve.api import server
 from llamaserve.chat.builtin_template import BuiltinTemplate
 from llamaserve.chat.prompt_template import PromptTemplate
 from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError
-from llamaserve.config import ConfigError, CpuPlacement, ServerConfig
+from llamaserve.config import ConfigError, ContextTuning, CpuPlacement, ServerConfig
 from llamaserve.engine.backend import Vocabulary
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.kvcache import CachePolicy
@@ -46,6 +47,8 @@ from llamaserve.serving.lora import from_config as lora_from_config
 from llamaserve.serving.prompt_log import PromptLoggingClient
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
+from llamaserve.serving.structured import server_default_grammar
+from llamaserve.serving.template_kwargs import server_template_kwargs
 
 log = logging.getLogger("llamaserve")
 
@@ -250,6 +253,56 @@ def _announce_hardware_flags(config: ServerConfig) -> None:
         )
 
 
+def _announce_unused_tuning(config: ServerConfig) -> None:
+    """--ctx-checkpoints / --checkpoint-min-step: validated, but we keep no context checkpoints.
+
+    llama-server saves them for models whose KV cannot be cut back (recurrent, SWA); our
+    prompt cache keeps whole KV states instead, so the settings have nothing to act on.
+    """
+    t, default = config.tuning, ContextTuning()
+    given = [
+        flag
+        for flag, value, base in (
+            ("--ctx-checkpoints", t.ctx_checkpoints, default.ctx_checkpoints),
+            ("--checkpoint-min-step", t.checkpoint_min_step, default.checkpoint_min_step),
+        )
+        if value != base
+    ]
+    if given:
+        log.warning("%s: llamaserve keeps no context checkpoints; the setting has no effect", ", ".join(given))
+
+
+def context_size(config: ServerConfig, n_ctx_train: int) -> int:
+    """-c, else n_parallel * --kv-unified-per-slot, else the model's training context."""
+    if config.ctx_size:
+        return config.ctx_size
+    if config.kv_unified_per_slot > 0:
+        return config.effective_parallel * config.kv_unified_per_slot
+    return n_ctx_train
+
+
+def _announce_slot_cap(config: ServerConfig, n_ctx_seq: int) -> None:
+    cap = config.kv_unified_per_slot
+    if cap > n_ctx_seq:
+        log.warning(
+            "--kv-unified-per-slot (%d) exceeds the per-slot pool capacity (%d) - the cap has no effect "
+            "(raise the KV pool with -c, or unset -c to size it to n_parallel * kv_unified_per_slot)",
+            cap,
+            n_ctx_seq,
+        )
+    elif 0 < cap < n_ctx_seq:
+        log.info("capping the per-slot context (%d) to --kv-unified-per-slot (%d)", n_ctx_seq, cap)
+
+
+def _announce_preserve(config: ServerConfig, template: PromptTemplate) -> None:
+    """llama-server's note on --reasoning-preserve against what the template can do."""
+    supported = template.caps.supports_preserve_reasoning
+    if config.reasoning_preserve and not supported:
+        log.warning("chat template does NOT support preserving reasoning, --reasoning-preserve has no effect")
+    elif config.reasoning_preserve is None and supported:
+        log.info("chat template supports preserving reasoning, consider enabling it via --reasoning-preserve")
+
+
 def version_text() -> str:
     """`llama-server --version`: ours and what llama.cpp says of its build."""
     info = build_info()
@@ -273,6 +326,7 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
 def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     t0 = time.perf_counter()
     _announce_hardware_flags(config)
+    _announce_unused_tuning(config)
     if config.load.numa:
         init_numa(config.load.numa)
     try:
@@ -282,7 +336,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     undo.callback(model.close)
     info = model.info()
     n_slots = config.effective_parallel
-    n_ctx = config.ctx_size or info.n_ctx_train
+    n_ctx = context_size(config, info.n_ctx_train)
     embedding_only = config.embedding or config.reranking
     settings = ContextSettings(
         n_ctx=n_ctx,
@@ -310,10 +364,21 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         raise ConfigError(str(exc)) from exc
     for adapter in adapters:
         undo.callback(adapter.close)
-    runner = LlamaRunner(model, context, adapters)
+    runner = LlamaRunner(model, context, adapters, special=config.special)
+    _announce_slot_cap(config, context.n_ctx_seq)
     scheduler = Scheduler(
-        runner, n_slots, slot_prompt_similarity=config.slot_prompt_similarity, cache=cache_policy(config)
+        runner,
+        n_slots,
+        slot_prompt_similarity=config.slot_prompt_similarity,
+        cache=cache_policy(config),
+        n_ctx_slot=config.kv_unified_per_slot,
+        cont_batching=config.tuning.cont_batching,
+        show_special=config.special,
     )
+    grammar = server_default_grammar(model, config.default_grammar, config.default_json_schema)
+    if grammar is not None:
+        # Requests start from config.sampling, so the default reaches every one that names no grammar.
+        config = replace(config, sampling=replace(config.sampling, grammar=grammar))
     if not settings.embeddings and config.tuning.warmup:
         context.warm_up(model.bos if model.bos >= 0 else 0)
     slot_files = None
@@ -331,9 +396,11 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         if config.cache_persist:
             slot_files.load_all()  # before the scheduler thread starts: nothing else touches the KV yet
     template, source = _chat_template(config, model)
+    _announce_preserve(config, template)
     kwargs: dict[str, Any] = {}
     if config.chat_template_kwargs:
         kwargs = _json_object(config.chat_template_kwargs, "--chat-template-kwargs")
+    kwargs = server_template_kwargs(config, kwargs)
     ui_settings = _ui_settings(config)
     scheduler.start()
     log.info(
@@ -341,7 +408,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         time.perf_counter() - t0,
         info.description,
         n_slots,
-        context.n_ctx_seq,
+        scheduler.n_ctx_slot,
     )
     # Loaded: the runtime owns the native objects now, freed in reverse order (adapters,
     # context, model) when it closes.
@@ -349,7 +416,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     return ModelRuntime(
         config=config,
         model=model,
-        n_ctx_slot=context.n_ctx_seq,
+        n_ctx_slot=scheduler.n_ctx_slot,
         scheduler=scheduler,
         engine=_engine_client(config, scheduler, model),
         template=template,

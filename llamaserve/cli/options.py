@@ -1422,7 +1422,7 @@ OPTIONS: tuple[Opt, ...] = (
         neg="--no-reasoning-preserve",
         env="LLAMA_ARG_REASONING_PRESERVE",
         group=SERVER,
-        help="keep earlier turns' reasoning in the prompt (templates that support it)",
+        help="keep earlier turns' reasoning in the prompt (templates that support it; default: the template's own)",
     ),
     _o(
         "--chat-template",

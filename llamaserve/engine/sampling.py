@@ -34,6 +34,7 @@ SAMPLER_LETTERS: dict[str, str] = {
     "x": "xtc",
     "t": "temperature",
     "i": "infill",
+    "a": "adaptive_p",
 }
 
 # Accepted spellings of sampler names in the `samplers` request field.
@@ -52,7 +53,13 @@ SAMPLER_ALIASES: dict[str, str] = {
     "temperature": "temperature",
     "temp": "temperature",
     "infill": "infill",
+    "adaptive_p": "adaptive_p",
+    "adaptive-p": "adaptive_p",
+    "adaptivep": "adaptive_p",
 }
+
+# Every sampler a chain can name (the defaults plus those only asked for explicitly).
+KNOWN_SAMPLERS: frozenset[str] = frozenset(SAMPLER_ALIASES.values())
 
 DEFAULT_DRY_BREAKERS: tuple[str, ...] = ("\n", ":", '"', "*")
 
@@ -83,6 +90,10 @@ class SamplingParams:
     mirostat: int = 0
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
+    # adaptive-p (llama.cpp): draws tokens near this probability; it replaces the final `dist`
+    # only when `adaptive_p` is in `samplers`. A negative target turns it off inside llama.cpp.
+    adaptive_target: float = -1.0
+    adaptive_decay: float = 0.9
     seed: int = -1
     min_keep: int = 0
     ignore_eos: bool = False

@@ -75,10 +75,24 @@ class Scheduler:
     """Continuous-batching scheduler over `n_slots` KV sequences."""
 
     def __init__(
-        self, runner: Runner, n_slots: int, *, slot_prompt_similarity: float = 0.1, cache: CachePolicy | None = None
+        self,
+        runner: Runner,
+        n_slots: int,
+        *,
+        slot_prompt_similarity: float = 0.1,
+        cache: CachePolicy | None = None,
+        n_ctx_slot: int = 0,
+        cont_batching: bool = True,
+        show_special: bool = False,
     ) -> None:
         self.runner = runner
-        self.slots = [Slot(i, runner.n_ctx_seq) for i in range(n_slots)]
+        # A slot's context: the KV sequence's, or less (--kv-unified-per-slot caps it).
+        self._n_ctx_slot = min(n_ctx_slot, runner.n_ctx_seq) if n_ctx_slot > 0 else runner.n_ctx_seq
+        self.slots = [Slot(i, self._n_ctx_slot) for i in range(n_slots)]
+        # -nocb: prompts are decoded only in steps where no slot is generating (llama-server's rule).
+        self.cont_batching = cont_batching
+        # -sp: the runner writes special tokens' text; the end token's text then ends the answer.
+        self.show_special = show_special
         self.slot_prompt_similarity = slot_prompt_similarity
         self.kv = SlotKV(runner, cache or CachePolicy(), SchedulerStats())
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
@@ -130,7 +144,7 @@ class Scheduler:
 
     @property
     def n_ctx_slot(self) -> int:
-        return self.runner.n_ctx_seq
+        return self._n_ctx_slot
 
     # ------------------------------------------------------------ the loop
     def _run(self) -> None:
@@ -393,6 +407,8 @@ class Scheduler:
             ),
             key=lambda s: s.t_start,
         )
+        if not self.cont_batching and plan:
+            prefilling = []  # without continuous batching a new prompt waits for the generating slots
         for slot in prefilling:
             if budget <= 0:
                 break
@@ -465,7 +481,10 @@ class Scheduler:
         if stop_type != "word":
             if stop_type == "eos" and sample.logprob is not None:
                 slot.unsent_logprobs.append(sample.logprob)  # the end token's own probability
-            tail = slot.stream.flush()
+            # An end token's piece is empty unless -sp shows special tokens: then the text ends
+            # with it (<|im_end|>), as llama-server's does.
+            tail = slot.stream.push(self.runner.piece(token)) if stop_type == "eos" and self.show_special else ""
+            tail += slot.stream.flush()
             if tail or slot.unsent_tokens:
                 events.append(TextDelta(tail, slot.unsent_tokens, slot.unsent_logprobs))
                 slot.unsent_tokens, slot.unsent_logprobs = [], []

@@ -15,8 +15,12 @@ from llamaserve.llama.sampler import SamplerChain
 class LlamaRunner:
     """Runs plans on a real llama.cpp context."""
 
-    def __init__(self, model: Model, context: Context, adapters: list[LoraAdapter] | None = None) -> None:
+    def __init__(
+        self, model: Model, context: Context, adapters: list[LoraAdapter] | None = None, *, special: bool = False
+    ) -> None:
         self.model = model
+        # -sp/--special: control tokens (<|im_end|>, ...) are written into the generated text.
+        self.special = special
         self.context = context
         self.adapters = adapters or []
         self._lora: tuple[float, ...] = ()
@@ -98,7 +102,7 @@ class LlamaRunner:
         return self.context.load_seq_file(path, seq_id, self.n_ctx_seq)
 
     def piece(self, token: int) -> bytes:
-        return self.model.piece(token)
+        return self.model.piece(token, special=self.special)
 
     def is_eog(self, token: int) -> bool:
         return self.model.is_eog(token)

@@ -131,11 +131,9 @@ class SamplerChain:
             for name in cfg.samplers:
                 if name == "xtc":
                     self._add(_xtc(model, cfg, self._keep, self.seed))
-                else:
+                elif name != "adaptive_p":
                     self._add(_STAGES[name](model, cfg, self._keep))
-            # temp_ext with temperature <= 0 keeps only the best token, so the
-            # final dist sampler then acts greedily, exactly as llama.cpp does.
-            self._add(C.llama_sampler_init_dist(self.seed))
+            self._add(self._final_pick(cfg))
         else:
             self._add(_penalties(model, cfg, self._keep))
             self._add(C.llama_sampler_init_temp(cfg.temperature))
@@ -145,6 +143,17 @@ class SamplerChain:
                 )
             else:
                 self._add(C.llama_sampler_init_mirostat_v2(self.seed, cfg.mirostat_tau, cfg.mirostat_eta))
+
+    def _final_pick(self, cfg: SamplingParams) -> Handle:
+        """The sampler that draws the token: adaptive-p where `samplers` names it, else dist.
+
+        adaptive-p selects a token itself, like dist, so llama.cpp puts it last wherever it is
+        listed. temp_ext with temperature <= 0 keeps only the best token, so either pick then
+        acts greedily, exactly as llama.cpp does.
+        """
+        if "adaptive_p" in cfg.samplers:
+            return C.llama_sampler_init_adaptive_p(cfg.adaptive_target, cfg.adaptive_decay, self.seed)
+        return C.llama_sampler_init_dist(self.seed)
 
     def _logit_bias(self, model: Model, cfg: SamplingParams) -> Handle:
         biases = list(cfg.logit_bias)

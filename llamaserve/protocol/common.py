@@ -41,6 +41,9 @@ class SamplingFields(BaseModel):
     mirostat: int | None = Field(None, ge=0, le=2)
     mirostat_tau: float | None = Field(None, ge=0.0, le=100.0)
     mirostat_eta: float | None = Field(None, ge=0.0, le=10.0)
+    # llama-server: the target at most 1 (negative: off), the decay within [0, 0.99].
+    adaptive_target: float | None = Field(None, ge=-1e30, le=1.0)
+    adaptive_decay: float | None = Field(None, ge=0.0, le=0.99)
     seed: int | None = Field(None, ge=-1, le=2**32 - 1)
     min_keep: int | None = Field(None, ge=0, le=1000)
     ignore_eos: bool | None = None

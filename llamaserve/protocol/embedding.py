@@ -14,6 +14,8 @@ class EmbeddingRequest(BaseModel):
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
+    # llama-server reads it on the OpenAI route too; None: --embd-normalize (default 2, Euclidean).
+    embd_normalize: int | None = Field(None, ge=-1, le=100)
 
 
 class NativeEmbeddingRequest(BaseModel):
@@ -21,7 +23,7 @@ class NativeEmbeddingRequest(BaseModel):
 
     content: str | list[Any] | None = None
     input: str | list[Any] | None = None
-    embd_normalize: int = Field(2, ge=-1, le=100)
+    embd_normalize: int | None = Field(None, ge=-1, le=100)  # None: --embd-normalize
 
 
 class RerankRequest(BaseModel):

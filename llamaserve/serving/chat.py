@@ -29,8 +29,10 @@ from llamaserve.protocol.openai import ChatCompletionRequest, ChatMessage
 from llamaserve.serving import generate, logprobs
 from llamaserve.serving.completion import build_request, choices
 from llamaserve.serving.params import prompt_tokens, stop_strings
+from llamaserve.serving.prefill import split_prefill
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
+from llamaserve.serving.template_kwargs import render_kwargs
 from llamaserve.sse import DONE, data_event
 
 
@@ -40,20 +42,31 @@ def render_prompt(
     *,
     tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any] | None,
+    reasoning_effort: str | None = None,
 ) -> str:
-    """The model's own chat template applied to the conversation."""
-    kwargs = {**rt.chat_template_kwargs, **(template_kwargs or {})}
+    """The model's own chat template applied to the conversation.
+
+    A final assistant message is continued (prefilled) unless --no-prefill-assistant.
+    """
+    kwargs = render_kwargs(
+        rt.chat_template_kwargs,
+        template_kwargs,
+        thinking_default=rt.config.reasoning != "off" and rt.template.caps.supports_thinking,
+        reasoning_effort=reasoning_effort,
+    )
     # These are ours to set; a client's copy would collide with the arguments below.
     for reserved in ("messages", "tools", "add_generation_prompt", "bos_token", "eos_token"):
         kwargs.pop(reserved, None)
+    messages, prefill = split_prefill(messages, rt.config.prefill_assistant)
     dicts = [m.model_dump(exclude_none=True) for m in messages]
     for d, m in zip(dicts, messages):
         if m.content is None and "content" not in d:
             d["content"] = None
     try:
-        return rt.template.render(dicts, add_generation_prompt=True, tools=tools or None, **kwargs)
+        prompt = rt.template.render(dicts, add_generation_prompt=True, tools=tools or None, **kwargs)
     except TemplateError as exc:
         raise APIError(str(exc)) from exc
+    return prompt + (prefill or "")
 
 
 def chat_tokens(rt: ModelRuntime, prompt: str) -> list[int]:
@@ -141,12 +154,10 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
     if mode in ("required", "named") and not tools:
         raise APIError("tool_choice requires tools")
     use_tools = bool(tools) and mode != "none"
-    fmt = rt.tool_format if use_tools else None
+    # --skip-chat-parsing: the tools are still rendered, but nothing constrains or parses the answer.
+    pure = rt.config.skip_chat_parsing
+    fmt = rt.tool_format if use_tools and not pure else None
     kwargs = dict(req.chat_template_kwargs or {})
-    if req.reasoning_effort is not None:
-        kwargs.setdefault("reasoning_effort", req.reasoning_effort)
-        if req.reasoning_effort == "none":
-            kwargs.setdefault("enable_thinking", False)
     if rt.config.reasoning_budget == 0:
         kwargs.setdefault("enable_thinking", False)
     messages = req.messages
@@ -154,7 +165,13 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
         instructions = fmt.system_prompt(tools, req.tool_choice or "auto", req.parallel_tool_calls is not False)
         if instructions:
             messages = _with_system_text(messages, instructions)
-    prompt = render_prompt(rt, messages, tools=tools if mode != "none" else None, template_kwargs=kwargs)
+    prompt = render_prompt(
+        rt,
+        messages,
+        tools=tools if mode != "none" else None,
+        template_kwargs=kwargs,
+        reasoning_effort=req.reasoning_effort,
+    )
 
     structured = await resolve_grammar(
         rt.model, grammar=req.grammar, json_schema=req.json_schema, response_format=req.response_format
@@ -173,7 +190,7 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
                 raise APIError("the tool-call grammar was rejected by llama.cpp; check the tools' schemas") from None
             grammar, triggers, extra_stops = spec.gbnf, spec.triggers, spec.stops
 
-    reasoning_fmt = _reasoning_format(rt, req)
+    reasoning_fmt = "none" if pure else _reasoning_format(rt, req)
     plan = ChatPlan(
         tool_format=fmt,
         tools=tools,
@@ -188,7 +205,7 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
     )
     if triggers:
         job = replace(job, sampling=replace(job.sampling, grammar_triggers=tuple(triggers)))
-    budget = _reasoning_budget(rt, req, plan, constrained=grammar is not None)
+    budget = _reasoning_budget(rt, req, plan, constrained=bool(job.sampling.grammar))
     if budget is not None:
         job = replace(job, reasoning_budget=budget)
     return ChatJobs(choices(rt, job, req.n), plan)
@@ -250,7 +267,9 @@ def _envelope(rt: ModelRuntime, obj: str) -> dict[str, Any]:
 
 def _logprobs(rt: ModelRuntime, job: GenerationRequest, items: list[Any]) -> dict[str, Any] | None:
     return (
-        {"content": logprobs.openai_chat(rt.model, items, post=job.post_sampling_probs)} if job.n_probs >= 0 else None
+        {"content": logprobs.openai_chat(rt.model, items, post=job.post_sampling_probs, special=rt.config.special)}
+        if job.n_probs >= 0
+        else None
     )
 
 

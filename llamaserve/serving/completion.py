@@ -54,7 +54,7 @@ def build_request(
         prompt_tokens=tokens,
         sampling=sampling,
         n_predict=limit,
-        stop=stop_strings(stop),
+        stop=stop_strings(stop, rt.config.reverse_prompts),
         cache_prompt=rt.config.cache_prompt if req.cache_prompt is None else req.cache_prompt,
         id_slot=-1 if req.id_slot is None else req.id_slot,
         t_max_predict_ms=req.t_max_predict_ms or 0,
@@ -124,7 +124,8 @@ async def infill_request(rt: ModelRuntime, req: Any) -> tuple[GenerationRequest,
 
     Repository files from input_extra come first, each opened by FIM_SEP (or
     FIM_REP for the first when the model has it) and its file name; then
-    FIM_PRE prefix FIM_SUF suffix FIM_MID, then `prompt`.
+    FIM_PRE prefix FIM_SUF suffix FIM_MID, then `prompt` (with --spm-infill
+    FIM_SUF suffix FIM_PRE prefix FIM_MID).
     """
     fim = rt.model.fim_tokens()
     if min(fim["pre"], fim["suf"], fim["mid"]) < 0:
@@ -142,8 +143,11 @@ async def infill_request(rt: ModelRuntime, req: Any) -> tuple[GenerationRequest,
             tokens += ([fim["sep"]] if fim["sep"] >= 0 else []) + tok(f"{chunk.filename}\n{chunk.text}")
         if fim["sep"] >= 0:
             tokens += [fim["sep"]] + tok("current\n")
-    tokens += [fim["pre"]] + tok(req.input_prefix) + [fim["suf"]] + tok(req.input_suffix) + [fim["mid"]]
-    tokens += tok(req.prompt)
+    prefix = [fim["pre"]] + tok(req.input_prefix)
+    suffix = [fim["suf"]] + tok(req.input_suffix)
+    # --spm-infill: suffix first (Suffix/Prefix/Middle), the order some models were trained on.
+    tokens += suffix + prefix if rt.config.spm_infill else prefix + suffix
+    tokens += [fim["mid"]] + tok(req.prompt)
     grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema)
     job = build_request(
         rt, req, tokens, n_predict=None, stop=req.stop, grammar=grammar, n_probs=req.n_probs if req.n_probs else -1
@@ -174,7 +178,9 @@ def _native_final(
         "timings": fin.timings.to_json(),
     }
     if job.n_probs >= 0:
-        body["completion_probabilities"] = logprobs.native(rt.model, result.logprobs, post=job.post_sampling_probs)
+        body["completion_probabilities"] = logprobs.native(
+            rt.model, result.logprobs, post=job.post_sampling_probs, special=rt.config.special
+        )
     return body
 
 
@@ -211,7 +217,7 @@ async def native_stream(
             }
             if job.n_probs >= 0:
                 chunk["completion_probabilities"] = logprobs.native(
-                    rt.model, event.logprobs, post=job.post_sampling_probs
+                    rt.model, event.logprobs, post=job.post_sampling_probs, special=rt.config.special
                 )
             yield data_event(chunk)
         else:
@@ -258,8 +264,8 @@ def _legacy_logprobs(rt: ModelRuntime, job: GenerationRequest, result: generate.
         return None
     if job.prompt_logprobs:
         scored: list[Any] = [job.prompt_tokens[0], *result.done.prompt_logprobs, *result.logprobs]
-        return logprobs.legacy(rt.model, scored)
-    return logprobs.legacy(rt.model, result.logprobs)
+        return logprobs.legacy(rt.model, scored, special=rt.config.special)
+    return logprobs.legacy(rt.model, result.logprobs, special=rt.config.special)
 
 
 async def oai_complete(rt: ModelRuntime, groups: list[list[GenerationRequest]]) -> dict[str, Any]:
@@ -301,7 +307,11 @@ async def oai_stream(
     offsets = [0] * len(group)
     async for index, event in events:
         if isinstance(event, TextDelta):
-            lp = logprobs.legacy(rt.model, event.logprobs, offsets[index]) if group[index].n_probs >= 0 else None
+            lp = (
+                logprobs.legacy(rt.model, event.logprobs, offsets[index], special=rt.config.special)
+                if group[index].n_probs >= 0
+                else None
+            )
             offsets[index] += len(event.text)
             yield data_event(
                 {**envelope, "choices": [{"text": event.text, "index": index, "logprobs": lp, "finish_reason": None}]}

@@ -86,6 +86,11 @@ def _usage(inputs: list[list[int]]) -> dict[str, int]:
     return {"prompt_tokens": n, "total_tokens": n}
 
 
+def _normalize_mode(rt: ModelRuntime, asked: int | None) -> int:
+    """A request's embd_normalize, else the server's --embd-normalize (llama-server's rule)."""
+    return rt.config.embd_normalize if asked is None else asked
+
+
 async def openai_embeddings(rt: ModelRuntime, req: EmbeddingRequest) -> dict[str, Any]:
     if not _embedder(rt).pooled:
         raise APIError("Pooling type 'none' is not OAI compatible. Please use a different pooling type")
@@ -96,8 +101,9 @@ async def openai_embeddings(rt: ModelRuntime, req: EmbeddingRequest) -> dict[str
     inputs = _inputs(rt, req.input)
     vectors = await _embed(rt, inputs)
     data = []
+    mode = _normalize_mode(rt, req.embd_normalize)
     for i, vec in enumerate(vectors):
-        unit = normalize(vec, 2)
+        unit = normalize(vec, mode)
         if req.encoding_format == "base64":
             value: Any = base64.b64encode(unit.astype("<f4").tobytes()).decode()
         else:
@@ -112,12 +118,13 @@ async def native_embeddings(rt: ModelRuntime, req: NativeEmbeddingRequest) -> li
         raise APIError("content: required")
     inputs = _inputs(rt, raw)
     vectors = await _embed(rt, inputs)
+    mode = _normalize_mode(rt, req.embd_normalize)
     out = []
     for i, vec in enumerate(vectors):
         if vec.ndim == 1:
-            rows = [_floats(normalize(vec, req.embd_normalize))]
+            rows = [_floats(normalize(vec, mode))]
         else:
-            rows = [_floats(normalize(row, req.embd_normalize)) for row in vec]
+            rows = [_floats(normalize(row, mode)) for row in vec]
         out.append({"index": i, "embedding": rows})
     return out
 

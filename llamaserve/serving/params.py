@@ -85,7 +85,8 @@ def sampling_config(req: SamplingFields, defaults: SamplingParams, model: Vocabu
         changes["dry_sequence_breakers"] = tuple(req.dry_sequence_breakers)
     if req.samplers is not None:
         changes["samplers"] = _samplers(req.samplers)
-    if req.logit_bias:
+    if req.logit_bias is not None:
+        # A request's own list replaces -l/--logit-bias (an empty one clears it), as in llama-server.
         changes["logit_bias"] = logit_bias(model, req.logit_bias)
     params = replace(defaults, **changes) if changes else defaults
     _check_infill_order(params)
@@ -108,10 +109,17 @@ def _check_infill_order(params: SamplingParams) -> None:
         )
 
 
-def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
+def stop_strings(stop: str | list[str] | None, defaults: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """A request's stop strings; ``defaults`` (-r/--reverse-prompt) when it names none that count.
+
+    llama-server falls back to its antiprompts whenever the effective list is empty: no `stop`,
+    `stop: []` or only empty strings.
+    """
     if stop is None:
-        return ()
-    return (stop,) if isinstance(stop, str) else tuple(s for s in stop if s)
+        words: tuple[str, ...] = ()
+    else:
+        words = (stop,) if isinstance(stop, str) else tuple(s for s in stop if s)
+    return words or defaults
 
 
 def check_tokens(model: Vocabulary, tokens: list[int]) -> list[int]:

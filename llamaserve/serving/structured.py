@@ -8,9 +8,11 @@ an unconstrained answer.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from llamaserve.chat.json_schema import SchemaError, json_grammar, schema_to_grammar
+from llamaserve.config import ConfigError
 from llamaserve.engine.backend import Vocabulary
 from llamaserve.engine.sampling import GrammarError
 from llamaserve.errors import APIError
@@ -85,4 +87,36 @@ async def resolve_grammar(
             if grammar is not None
             else "the grammar built from the JSON schema was rejected by llama.cpp"
         ) from None
+    return text
+
+
+def server_default_grammar(model: Vocabulary, grammar: str | None, json_schema: str | None) -> str | None:
+    """--grammar/--grammar-file or -j/--json-schema-file as the grammar of requests that bring none.
+
+    Converted and checked once at startup, so a bad one stops the server instead of failing
+    every request. A request's own grammar, json_schema, response_format or tool-call grammar
+    replaces it, as in llama-server.
+    """
+    if grammar is not None and json_schema is not None:
+        raise ConfigError("give one of --grammar/--grammar-file and -j/--json-schema/--json-schema-file")
+    text = grammar
+    if json_schema is not None:
+        try:
+            schema = json.loads(json_schema)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--json-schema is not JSON: {exc}") from None
+        if isinstance(schema, dict) and not schema:
+            schema = {"type": "object"}  # an empty schema means any object, as in llama-server
+        if not isinstance(schema, (dict, bool)):
+            raise ConfigError("--json-schema must be a JSON object")
+        try:
+            text = schema_to_grammar(schema)
+        except SchemaError as exc:
+            raise ConfigError(f"--json-schema: {exc}") from None
+    if not text:
+        return None
+    try:
+        model.check_grammar(text)
+    except GrammarError:
+        raise ConfigError("--grammar: llama.cpp could not parse the grammar") from None
     return text

@@ -199,3 +199,14 @@ def test_infill_keeps_few_merged_choices(row: Row) -> None:
     only end-of-generation), so a handful of choices at most remain."""
     counts = row.draws(replace(NEUTRAL, top_k=40, samplers=("top_k", "infill", "temperature")))
     assert len(counts) <= 5 < len(row.draws(replace(NEUTRAL, top_k=40, samplers=("top_k", "temperature")))), counts
+
+
+def test_adaptive_p_replaces_dist_only_when_listed(row: Row) -> None:
+    """adaptive-p draws tokens near its target probability; without `adaptive_p` in the
+    order its target changes nothing (llama.cpp then ends the chain with dist)."""
+    base = replace(NEUTRAL, top_k=40, samplers=("top_k", "temperature"))
+    low = replace(base, adaptive_target=0.02)
+    assert row.draws(low) == row.draws(base)
+    adaptive = row.draws(replace(low, samplers=("top_k", "temperature", "adaptive_p")))
+    top = row.ranked[0]
+    assert adaptive[top] < row.draws(base)[top] / 2, (adaptive.most_common(3), row.probs[top])
