@@ -7,9 +7,8 @@ llama-server does.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -20,92 +19,106 @@ from llamaserve.serving.state import ServerState
 
 
 def _metric(name: str, doc: str, kind: str, value: float) -> Metric:
-    m = Metric(name, doc, kind)
+    # A counter family is named without `_total` (the text format adds it to the sample).
+    family = name.removesuffix("_total") if kind == "counter" else name
+    m = Metric(family, doc, kind)
     m.add_sample(name, {}, value)
     return m
 
 
 @dataclass
 class _Window:
-    """Totals at the previous scrape, to turn counters into per-window rates."""
+    """Totals at the previous scrape, to turn counters into per-window rates (llama-server's
+    buckets, reset by each scrape). It lives beside the collector, not in the scheduler, so a
+    reload after sleep, which carries the counters over, reports no window twice."""
 
-    at: float = field(default_factory=time.perf_counter)
     prompt_tokens: int = 0
     prompt_seconds: float = 0.0
-    predicted_tokens: int = 0
+    predicted_steps: int = 0
     predicted_seconds: float = 0.0
-    decodes: int = 0
-    busy: int = 0
+
+
+def _text(kind: str, items: list[tuple[str, str, int | float]]) -> list[str]:
+    """llama-server's own text: HELP, TYPE and the value under the sample's exact name.
+
+    Written by hand because prometheus_client names a counter's TYPE line without its
+    `_total` suffix, and parsers that pair each sample with its TYPE then find none."""
+    lines = []
+    for name, doc, value in items:
+        lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} {kind}", f"llamacpp:{name} {value!r}"]
+    return lines
 
 
 class LlamaCollector(Collector):
+    """Our own `llamaserve:*` metrics through prometheus_client; `llamacpp_text` renders
+    llama-server's."""
+
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self.window = _Window()
 
-    def collect(self) -> Iterator[Metric]:
-        rt = self.state.runtime
+    def llamacpp_text(self) -> str:
         s = self.state.scheduler_stats()  # while asleep (--sleep-idle-seconds): the counters the model had
         w = self.window
         d_prompt = s.prompt_tokens_total - w.prompt_tokens
         d_prompt_s = s.prompt_seconds_total - w.prompt_seconds
-        d_pred = s.tokens_predicted_total - w.predicted_tokens
+        d_steps = s.tokens_predicted_steps_total - w.predicted_steps
         d_pred_s = s.tokens_predicted_seconds_total - w.predicted_seconds
-        d_dec = s.n_decode_total - w.decodes
-        d_busy = s.n_busy_slots_total - w.busy
         self.window = _Window(
-            time.perf_counter(),
             s.prompt_tokens_total,
             s.prompt_seconds_total,
-            s.tokens_predicted_total,
-            s.tokens_predicted_seconds_total,
-            s.n_decode_total,
-            s.n_busy_slots_total,
-        )
-        yield _metric(
-            "llamacpp:prompt_tokens_total", "Number of prompt tokens processed.", "counter", s.prompt_tokens_total
-        )
-        yield _metric(
-            "llamacpp:prompt_tokens_cached_total",
-            "Number of prompt tokens reused from the cache.",
-            "counter",
-            s.prompt_tokens_cached_total,
-        )
-        yield _metric("llamacpp:prompt_seconds_total", "Prompt process time", "counter", s.prompt_seconds_total)
-        yield _metric(
-            "llamacpp:tokens_predicted_total",
-            "Number of generation tokens processed.",
-            "counter",
-            s.tokens_predicted_total,
-        )
-        yield _metric(
-            "llamacpp:tokens_predicted_seconds_total",
-            "Predict process time",
-            "counter",
+            s.tokens_predicted_steps_total,
             s.tokens_predicted_seconds_total,
         )
-        yield _metric("llamacpp:n_decode_total", "Total number of llama_decode() calls", "counter", s.n_decode_total)
-        yield _metric("llamacpp:n_tokens_max", "Largest observed n_tokens.", "counter", s.n_tokens_max)
-        yield _metric(
-            "llamacpp:n_busy_slots_per_decode",
-            "Average number of busy slots per llama_decode() call",
-            "gauge",
-            d_busy / d_dec if d_dec else 0.0,
-        )
-        yield _metric(
-            "llamacpp:prompt_tokens_seconds",
-            "Average prompt throughput in tokens/s.",
-            "gauge",
-            d_prompt / d_prompt_s if d_prompt_s > 0 else 0.0,
-        )
-        yield _metric(
-            "llamacpp:predicted_tokens_seconds",
-            "Average generation throughput in tokens/s.",
-            "gauge",
-            d_pred / d_pred_s if d_pred_s > 0 else 0.0,
-        )
-        yield _metric("llamacpp:requests_processing", "Number of requests processing.", "gauge", s.requests_processing)
-        yield _metric("llamacpp:requests_deferred", "Number of requests deferred.", "gauge", s.requests_deferred)
+        counters: list[tuple[str, str, int | float]] = [
+            (
+                "prompt_tokens_total",
+                "Number of prompt tokens processed, excluding cached tokens",
+                s.prompt_tokens_total,
+            ),
+            (
+                "prompt_tokens_cached_total",
+                "Number of prompt tokens reused from the cache",
+                s.prompt_tokens_cached_total,
+            ),
+            ("prompt_seconds_total", "Total time spent processing prompts", s.prompt_seconds_total),
+            ("tokens_predicted_total", "Number of generation tokens processed", s.tokens_predicted_total),
+            ("tokens_predicted_seconds_total", "Total time spent generating tokens", s.tokens_predicted_seconds_total),
+            ("n_decode_total", "Total number of llama_decode() calls", s.n_decode_total),
+            ("n_tokens_max", "Largest observed sequence length (prompt + generation)", s.n_tokens_max),
+            # No speculative decoding here: llama-server's counters, always zero.
+            ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", 0),
+            (
+                "spec_decode_num_accepted_tokens_total",
+                "Speculative: Total draft tokens accepted by the target model",
+                0,
+            ),
+            ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", 0),
+        ]
+        gauges: list[tuple[str, str, int | float]] = [
+            (
+                "prompt_tokens_seconds",
+                "Average prompt throughput in tokens/s",
+                d_prompt / d_prompt_s if d_prompt_s > 0 else 0.0,
+            ),
+            # Over decode steps, so each request's free first token does not inflate the rate.
+            (
+                "predicted_tokens_seconds",
+                "Average generation throughput in tokens/s",
+                d_steps / d_pred_s if d_pred_s > 0 else 0.0,
+            ),
+            ("requests_processing", "Number of requests processing", s.requests_processing),
+            ("requests_deferred", "Number of requests deferred", s.requests_deferred),
+            (
+                "n_busy_slots_per_decode",
+                "Average number of busy slots per llama_decode() call",
+                s.n_busy_slots_total / max(s.n_decode_total, 1),
+            ),
+        ]
+        return "\n".join(_text("counter", counters) + _text("gauge", gauges)) + "\n"
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.state.scheduler_stats()
         # Ours: how the KV-cache features are doing (llama-server has no metrics for them).
         yield _metric(
             "llamaserve:prompt_cache_saves_total",
@@ -119,12 +132,11 @@ class LlamaCollector(Collector):
             "counter",
             s.prompt_cache_hits,
         )
-        ram = rt.scheduler.kv.prompt_cache if rt is not None else None
         yield _metric(
             "llamaserve:prompt_cache_bytes",
             "Bytes held by the host-memory prompt cache.",
             "gauge",
-            ram.bytes_used if ram is not None else 0,
+            self.state.prompt_cache_bytes(),
         )
         yield _metric(
             "llamaserve:cache_reuse_tokens_total",
@@ -143,4 +155,4 @@ class LlamaCollector(Collector):
 def render_metrics(state: ServerState, collector: LlamaCollector) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    return generate_latest(registry) + generate_latest(LATENCY_REGISTRY)
+    return collector.llamacpp_text().encode() + generate_latest(registry) + generate_latest(LATENCY_REGISTRY)

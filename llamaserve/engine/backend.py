@@ -71,6 +71,9 @@ class Embedder(Protocol):
     @property
     def pooled(self) -> bool: ...
 
+    # llama_decode (or llama_encode) calls made so far: /metrics counts them with the scheduler's.
+    decodes: int
+
     def check(self, tokens: list[int]) -> None:
         """EmbedError when this input cannot be embedded."""
         ...

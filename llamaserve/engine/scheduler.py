@@ -503,6 +503,7 @@ class Scheduler:
         )
         self.stats.tokens_predicted_total += n_gen
         self.stats.tokens_predicted_seconds_total += gen_ms / 1000.0
+        self.stats.tokens_predicted_steps_total += timings.predicted_steps
         self.stats.n_tokens_max = max(self.stats.n_tokens_max, slot.n_past + 1)
         finished = Finished(
             stop_type=stop_type,

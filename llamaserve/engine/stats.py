@@ -12,6 +12,8 @@ class SchedulerStats:
     prompt_seconds_total: float = 0.0
     tokens_predicted_total: int = 0
     tokens_predicted_seconds_total: float = 0.0
+    # Decode steps those tokens took (each request's first token is free): the rate's numerator.
+    tokens_predicted_steps_total: int = 0
     n_decode_total: int = 0
     n_busy_slots_total: int = 0  # summed over decodes; divided by n_decode for the gauge
     n_tokens_max: int = 0

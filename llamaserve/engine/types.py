@@ -56,19 +56,25 @@ class Timings:
     predicted_n: int = 0
     predicted_ms: float = 0.0
 
+    @property
+    def predicted_steps(self) -> int:
+        """Decode steps spent generating: the first token comes from the logits of the last
+        prompt batch and costs none, so rates are over n - 1 tokens (llama-server's n_gen_steps)."""
+        return max(self.predicted_n - 1, 0)
+
     def to_json(self) -> dict[str, float | int]:
-        prompt_ms = max(self.prompt_ms, 1e-9)
-        predicted_ms = max(self.predicted_ms, 1e-9)
+        # Unrounded, as llama-server sends them: clients recompute rates from the fields.
+        steps = self.predicted_steps
         return {
             "cache_n": self.cache_n,
             "prompt_n": self.prompt_n,
-            "prompt_ms": round(self.prompt_ms, 3),
-            "prompt_per_token_ms": round(self.prompt_ms / self.prompt_n, 3) if self.prompt_n else 0.0,
-            "prompt_per_second": round(1000.0 * self.prompt_n / prompt_ms, 3) if self.prompt_n else 0.0,
+            "prompt_ms": self.prompt_ms,
+            "prompt_per_token_ms": self.prompt_ms / self.prompt_n if self.prompt_n else 0.0,
+            "prompt_per_second": 1e3 / self.prompt_ms * self.prompt_n if self.prompt_ms > 0 else 0.0,
             "predicted_n": self.predicted_n,
-            "predicted_ms": round(self.predicted_ms, 3),
-            "predicted_per_token_ms": round(self.predicted_ms / self.predicted_n, 3) if self.predicted_n else 0.0,
-            "predicted_per_second": round(1000.0 * self.predicted_n / predicted_ms, 3) if self.predicted_n else 0.0,
+            "predicted_ms": self.predicted_ms,
+            "predicted_per_token_ms": self.predicted_ms / steps if steps else 0.0,
+            "predicted_per_second": 1e3 / self.predicted_ms * steps if self.predicted_ms > 0 else 0.0,
         }
 
 

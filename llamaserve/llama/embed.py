@@ -27,6 +27,7 @@ class Embedder:
             C.llama_model_has_decoder(model.handle)
         )
         self.n_ubatch = int(C.llama_n_ubatch(context.handle))
+        self.decodes = 0  # llama_encode/llama_decode calls so far, for /metrics
 
     @property
     def pooled(self) -> bool:
@@ -53,6 +54,7 @@ class Embedder:
             batch.token[i], batch.pos[i], batch.seq_id[i][0], batch.logits[i] = tok, pos, seq, 1 if want else 0
         batch.n_tokens = len(rows)
         code = C.llama_encode(ctx.handle, batch) if self.encoder_only else C.llama_decode(ctx.handle, batch)
+        self.decodes += 1
         if code != 0:
             raise RuntimeError(f"embedding decode failed with code {code}")
         out: list[np.ndarray] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,18 @@ def _embedder(rt: ModelRuntime, *, rerank: bool = False) -> Embedder:
     return rt.embedder
 
 
+def _counted(rt: ModelRuntime, embedder: Embedder, inputs: list[list[int]]) -> list[np.ndarray]:
+    """Scheduler thread: embed, and count the work in /metrics as llama-server does: an
+    embedding samples no token, but its prompt is processed and costs decodes."""
+    stats = rt.scheduler.stats
+    before, t0 = embedder.decodes, time.perf_counter()
+    out = embedder.embed(inputs)
+    stats.n_decode_total += embedder.decodes - before
+    stats.prompt_tokens_total += sum(len(tokens) for tokens in inputs)
+    stats.prompt_seconds_total += time.perf_counter() - t0
+    return out
+
+
 def _inputs(rt: ModelRuntime, raw: Any) -> list[list[int]]:
     """A string, a list of strings, a token array, or a list of token arrays."""
     if isinstance(raw, str):
@@ -70,7 +83,7 @@ async def _embed(rt: ModelRuntime, inputs: list[list[int]]) -> list[np.ndarray]:
     try:
         for tokens in inputs:
             embedder.check(tokens)
-        return await rt.engine.call(lambda: embedder.embed(inputs))
+        return await rt.engine.call(lambda: _counted(rt, embedder, inputs))
     except EmbedError as exc:
         raise APIError(str(exc)) from None
 
@@ -153,7 +166,7 @@ async def rerank(rt: ModelRuntime, req: RerankRequest) -> tuple[bool, Any]:
     try:
         for tokens in inputs:
             embedder.check(tokens)
-        scores = await rt.engine.call(lambda: embedder.embed(inputs))
+        scores = await rt.engine.call(lambda: _counted(rt, embedder, inputs))
     except EmbedError as exc:
         raise APIError(str(exc)) from None
     ranked = sorted(((float(s[0]), i) for i, s in enumerate(scores)), key=lambda p: -p[0])

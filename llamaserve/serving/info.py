@@ -130,12 +130,14 @@ def slot_json(rt: ModelRuntime, slot: Slot) -> dict[str, Any]:
                 "n_prompt_tokens_processed": max(0, min(slot.n_past, n_prompt) - slot.n_cached),
                 "n_prompt_tokens_cache": slot.n_cached,
                 "params": sampling_params_json(cfg, n_predict=n_predict),
+                # An idle slot has no budget: the finished task's counts are not the slot's
+                # (llama-server resets them when the slot is released).
                 "next_token": [
                     {
                         "has_next_token": slot.busy,
-                        "has_new_line": "\n" in slot.stream.text,
-                        "n_remain": (n_predict - len(slot.generated)) if n_predict >= 0 else -1,
-                        "n_decoded": len(slot.generated),
+                        "has_new_line": slot.busy and "\n" in slot.stream.text,
+                        "n_remain": (n_predict - len(slot.generated)) if slot.busy and n_predict >= 0 else -1,
+                        "n_decoded": len(slot.generated) if slot.busy else 0,
                     }
                 ],
             }

@@ -14,19 +14,19 @@ _FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _SLOW = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 TIME_TO_FIRST_TOKEN = Histogram(
-    "llamacpp:time_to_first_token_seconds",
+    "llamaserve:time_to_first_token_seconds",
     "Time from request submission to the first generated text.",
     buckets=_FAST,
     registry=REGISTRY,
 )
 INTER_TOKEN_LATENCY = Histogram(
-    "llamacpp:inter_token_latency_seconds",
+    "llamaserve:inter_token_latency_seconds",
     "Time between consecutive generated tokens of one request.",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
     registry=REGISTRY,
 )
 REQUEST_DURATION = Histogram(
-    "llamacpp:request_duration_seconds",
+    "llamaserve:request_duration_seconds",
     "Time from request submission to its last event.",
     buckets=_SLOW,
     registry=REGISTRY,

@@ -150,9 +150,9 @@ def test_metrics_have_llama_server_names_and_move(guarded: tuple[RunningServer, 
         "llamacpp:requests_processing",
         "llamacpp:requests_deferred",
         "llamacpp:n_tokens_max",
-        "llamacpp:time_to_first_token_seconds_count",
-        "llamacpp:inter_token_latency_seconds_count",
-        "llamacpp:request_duration_seconds_count",
+        "llamaserve:time_to_first_token_seconds_count",
+        "llamaserve:inter_token_latency_seconds_count",
+        "llamaserve:request_duration_seconds_count",
     ):
         assert f"# TYPE {name.removesuffix('_count')}" in before.text or name in before.text, name
     b = metric_values(before.text)
@@ -166,8 +166,8 @@ def test_metrics_have_llama_server_names_and_move(guarded: tuple[RunningServer, 
     assert a["llamacpp:tokens_predicted_total"] == b["llamacpp:tokens_predicted_total"] + 5
     assert a["llamacpp:prompt_tokens_total"] > b["llamacpp:prompt_tokens_total"]
     assert a["llamacpp:n_decode_total"] >= b["llamacpp:n_decode_total"] + 5
-    assert a["llamacpp:time_to_first_token_seconds_count"] == b["llamacpp:time_to_first_token_seconds_count"] + 1
-    assert a["llamacpp:request_duration_seconds_count"] == b["llamacpp:request_duration_seconds_count"] + 1
+    assert a["llamaserve:time_to_first_token_seconds_count"] == b["llamaserve:time_to_first_token_seconds_count"] + 1
+    assert a["llamaserve:request_duration_seconds_count"] == b["llamaserve:request_duration_seconds_count"] + 1
 
 
 def test_access_log_lines_go_to_the_log_file(guarded: tuple[RunningServer, Path]) -> None:
@@ -332,7 +332,7 @@ def test_metrics_text_parses_with_prometheus_client(guarded: tuple[RunningServer
     text = httpx.get(f"{guarded[0].url}/metrics", headers={"x-api-key": KEY}).text
     names = {family.name for family in text_string_to_metric_families(text)}
     assert "llamacpp:prompt_tokens" in names or "llamacpp:prompt_tokens_total" in names
-    assert "llamacpp:request_duration_seconds" in names
+    assert "llamaserve:request_duration_seconds" in names
 
 
 def test_cors_allows_listed_origins_only(model_path: str, tmp_path: Path) -> None:
