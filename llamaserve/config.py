@@ -212,6 +212,9 @@ class ServerConfig:
     prefill_assistant: bool = True
     # HTTP
     api_prefix: str = ""
+    # Vertex AI (AIP_MODE=PREDICTION): the predict route ("" = off) and an extra health route
+    gcp_predict_route: str = ""
+    gcp_health_route: str = ""
     reuse_port: bool = False
     threads_http: int = -1
     sse_ping_interval: int = 30

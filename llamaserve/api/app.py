@@ -21,7 +21,9 @@ from llamaserve.api.routes_native import native_routes
 from llamaserve.api.routes_openai import openai_routes
 from llamaserve.api.routes_ops import ops_routes
 from llamaserve.api.routes_responses import responses_routes
+from llamaserve.api.routes_stream import stream_routes
 from llamaserve.api.sse import ClientGone
+from llamaserve.api.vertex import add_predict_route
 from llamaserve.errors import APIError
 from llamaserve.serving.sleep import IdleSleeper
 from llamaserve.serving.state import ServerState
@@ -76,14 +78,18 @@ def create_app(state: ServerState) -> FastAPI:
     app.state.sse_ping_interval = config.sse_ping_interval
     _add_middleware(app, state)
     _add_error_handlers(app)
-    for router in (
+    routers = [
         ops_routes(state),
         native_routes(state),
         openai_routes(state),
         anthropic_routes(state),
         responses_routes(state),
-    ):
+        stream_routes(state),
+    ]
+    for router in routers:
         app.include_router(router)
+    if config.gcp_predict_route:
+        add_predict_route(app, routers, config.gcp_predict_route, config.gcp_health_route)
     # The web UI (or --path) last: "/" would otherwise shadow the API.
     if config.static_path:
         from starlette.staticfiles import StaticFiles

@@ -11,6 +11,7 @@ from llamaserve.errors import APIError
 from llamaserve.protocol.embedding import EmbeddingRequest
 from llamaserve.protocol.openai import ChatCompletionRequest, CompletionRequest
 from llamaserve.serving import chat, completion, embedding, generate
+from llamaserve.serving.messages import count_prompt_tokens
 from llamaserve.serving.state import ServerState
 
 
@@ -27,6 +28,14 @@ def openai_routes(state: ServerState) -> APIRouter:
             events = generate.stream(rt.engine, jobs)
             return await stream_events(request, events, lambda ev: chat.chat_stream(rt, req, jobs, ev))
         return with_usage(request, await until_disconnect(request, chat.chat_complete(rt, jobs)))
+
+    @router.post("/v1/chat/completions/input_tokens")
+    @router.post("/chat/completions/input_tokens")
+    async def chat_input_tokens(request: Request) -> Response:
+        """The prompt a chat request would run, counted (llama-server's token-counting route)."""
+        rt = runtime_of(state)
+        req = await read_json(request, ChatCompletionRequest)
+        return JSONUTF8Response({"input_tokens": count_prompt_tokens(rt, req), "object": "response.input_tokens"})
 
     @router.post("/v1/completions")
     async def oai_completion(request: Request) -> Response:

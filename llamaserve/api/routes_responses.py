@@ -54,6 +54,7 @@ def responses_routes(state: ServerState) -> APIRouter:
         return JSONUTF8Response(body)
 
     @router.post("/v1/responses/input_tokens")
+    @router.post("/responses/input_tokens")
     async def response_input_tokens(request: Request) -> Response:
         rt = runtime_of(state)
         req = await read_json(request, ResponsesRequest)

@@ -141,6 +141,26 @@ def _nest(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _leading_slash(route: str) -> str:
+    return route if not route or route.startswith("/") else "/" + route
+
+
+def _vertex_ai(environ: dict[str, str]) -> dict[str, Any]:
+    """Vertex AI's custom-container variables, read as llama-server reads them: with
+    AIP_MODE=PREDICTION the server listens on AIP_HTTP_PORT (default 8080, over --port),
+    answers AIP_PREDICT_ROUTE (default /predict) and AIP_HEALTH_ROUTE beside /health."""
+    if environ.get("AIP_MODE") != "PREDICTION":
+        return {}
+    port = environ.get("AIP_HTTP_PORT") or "8080"
+    if not port.isdigit():
+        raise ConfigError(f"AIP_HTTP_PORT: not a port number: {port!r}")
+    return {
+        "port": int(port),
+        "gcp_predict_route": _leading_slash(environ.get("AIP_PREDICT_ROUTE") or "/predict"),
+        "gcp_health_route": _leading_slash(environ.get("AIP_HEALTH_ROUTE") or ""),
+    }
+
+
 def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
     values = {k: v for k, v in parsed.values.items() if k not in _MARKERS and k not in _MARKERS_TOO}
     escape = bool(values.get("escape", True))
@@ -167,6 +187,7 @@ def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
         values["model"] = default
     if values.get("verbose"):
         values["log_verbosity"] = 99
+    values.update(_vertex_ai(environ))
     values = _nest(values)
     config = ServerConfig(**values, api_keys=keys, sampling=sampling, hardware_flags=tuple(hardware_flags(parsed)))
     config.validate()  # every other flag first: a typo should not wait for a download
