@@ -19,7 +19,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from llamaserve.api.keepalive import PING, arrives_within, next_of, ping_seconds, with_pings
-from llamaserve.api.sse import sse_response, until_disconnect
+from llamaserve.api.sse import until_disconnect
+from llamaserve.api.stream_tee import resumable
 from llamaserve.errors import APIError, validation_message
 from llamaserve.jsondepth import nests_deeper
 from llamaserve.serving.generate import Tagged, token_counts
@@ -189,7 +190,7 @@ async def stream_events(
         finally:
             await _stop(first_task, recorded)
 
-    return sse_response(with_pings(body(), seconds))
+    return resumable(request, with_pings(body(), seconds))
 
 
 async def _chain_pending(first: asyncio.Future[Tagged], rest: AsyncIterator[Tagged]) -> AsyncIterator[Tagged]:

@@ -33,6 +33,8 @@ PUBLIC_PREFIXES = ("/css/", "/js/", "/vendor/", "/static/", "/assets/")
 # /v1/models and the web UI's files): they neither wake a sleeping model nor
 # restart the idle clock.
 IDLE_EXEMPT_PATHS = PUBLIC_PATHS | {"/props", "/models", "/v1/models", "/metrics"}
+# Not tasks whatever the method: the resumable-stream routes read buffered bytes only.
+IDLE_EXEMPT_ANY_METHOD = {"/v1/stream", "/v1/streams/lookup"}
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -162,6 +164,7 @@ class IdleMiddleware:
         if (
             scope["type"] != "http"
             or scope.get("method") == "OPTIONS"
+            or scope.get("path", "") in IDLE_EXEMPT_ANY_METHOD
             or (
                 scope.get("method") in ("GET", "HEAD")
                 and (scope.get("path", "") in IDLE_EXEMPT_PATHS or scope.get("path", "").startswith(PUBLIC_PREFIXES))

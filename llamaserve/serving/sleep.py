@@ -134,7 +134,9 @@ class IdleSleeper:
         """Seconds left before falling asleep; None while that cannot happen."""
         if self._transition is not None or self.state.asleep is not None or self.in_flight > 0:
             return None
-        if self.state.runtime is None:  # still loading at startup: keep the clock at zero
+        if self.state.runtime is None or self.state.streams.producing():
+            # Still loading at startup, or a resumable stream runs on after its client left
+            # (no request counts it): keep the clock at zero and look again soon.
             self._last_active = time.monotonic()
             return LOADING_POLL_S
         return self._last_active + self.idle_seconds - time.monotonic()
@@ -167,6 +169,7 @@ class IdleSleeper:
             stats=rt.scheduler.stats,
             created=rt.created,
             lora_scales=list(rt.lora.scales),
+            prompt_cache_bytes=self.state.prompt_cache_bytes(),
         )
         self.state.runtime = None
         idle = time.monotonic() - self._last_active

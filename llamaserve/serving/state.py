@@ -15,6 +15,7 @@ from typing import Any
 from llamaserve.config import ServerConfig
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.serving.runtime import ModelRuntime
+from llamaserve.serving.stream_sessions import StreamSessions
 
 Loader = Callable[[ServerConfig], ModelRuntime]
 
@@ -30,6 +31,8 @@ class Snapshot:
     stats: SchedulerStats
     created: int  # /v1/models `created`: the same model, the same timestamp
     lora_scales: list[float] = field(default_factory=list)  # set by POST /lora-adapters; kept across sleep
+    # /metrics while asleep answers as it did just before (llama-server's cached metrics).
+    prompt_cache_bytes: int = 0
 
 
 def _no_loader(config: ServerConfig) -> ModelRuntime:
@@ -53,6 +56,15 @@ class ServerState:
     asleep: Snapshot | None = None
     loader: Loader = _no_loader  # builds a runtime from the config (at start and on waking)
     trim_memory: Callable[[], bool] = _no_trim  # hands freed heap pages back to the OS after a sleep
+    # Streams a client can reattach to (X-Conversation-Id; serving/stream_sessions.py).
+    streams: StreamSessions = field(default_factory=StreamSessions)
+
+    def prompt_cache_bytes(self) -> int:
+        """Bytes in the host-memory prompt cache (as they were, while asleep)."""
+        if self.runtime is not None:
+            cache = self.runtime.scheduler.kv.prompt_cache
+            return cache.bytes_used if cache is not None else 0
+        return self.asleep.prompt_cache_bytes if self.asleep is not None else 0
 
     def scheduler_stats(self) -> SchedulerStats:
         """The live counters, those kept while asleep, or zeros while the model first loads."""
