@@ -45,9 +45,10 @@ def start_server(
     ready_scheme: str = "http",
     program: list[str] | None = None,
     health_path: str = "/health",
+    port: int | None = None,
 ) -> RunningServer:
     """Start a server (ours unless `program` names another binary) and wait for /health."""
-    port = free_port()
+    port = port or free_port()
     log_path = tmp / f"server-{port}.log"
     cmd = [*(program or [sys.executable, "-m", "llamaserve"]), "--port", str(port), *args]
     if program is None:
