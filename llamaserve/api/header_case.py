@@ -1,4 +1,5 @@
-"""llama-server's spelling of the CORS header names, put back after uvicorn lowercases them.
+"""llama-server's spelling of some header names (CORS, /metrics' start time), put back after
+uvicorn lowercases them.
 
 uvicorn's httptools protocol writes every response header name in lower case. HTTP names
 are case-insensitive and browsers do not care, but clients that copy the headers into a
@@ -15,13 +16,16 @@ _SPELLING = {
         "Access-Control-Allow-Credentials",
         "Access-Control-Allow-Methods",
         "Access-Control-Allow-Headers",
+        "Process-Start-Time-Unix",  # /metrics
     )
 }
 
 
 def respell_headers(data: bytes) -> bytes:
-    """`data` with the CORS names respelled, when it starts a response; else unchanged."""
-    if not data.startswith(b"HTTP/1.1 ") or b"\r\naccess-control-" not in data:
+    """`data` with those names respelled, when it starts a response; else unchanged."""
+    if not data.startswith(b"HTTP/1.1 ") or (
+        b"\r\naccess-control-" not in data and b"\r\nprocess-start-time-unix" not in data
+    ):
         return data
     end = data.find(b"\r\n\r\n")
     head, rest = (data, b"") if end < 0 else (data[:end], data[end:])

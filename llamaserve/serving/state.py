@@ -62,8 +62,9 @@ class ServerState:
     def prompt_cache_bytes(self) -> int:
         """Bytes in the host-memory prompt cache (as they were, while asleep)."""
         if self.runtime is not None:
-            cache = self.runtime.scheduler.kv.prompt_cache
-            return cache.bytes_used if cache is not None else 0
+            kv = getattr(self.runtime.scheduler, "kv", None)  # schedulers without KV bookkeeping have none
+            cache = kv.prompt_cache if kv is not None else None
+            return int(cache.bytes_used) if cache is not None else 0
         return self.asleep.prompt_cache_bytes if self.asleep is not None else 0
 
     def scheduler_stats(self) -> SchedulerStats:
