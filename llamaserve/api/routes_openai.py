@@ -28,6 +28,14 @@ def openai_routes(state: ServerState) -> APIRouter:
             return await stream_events(request, events, lambda ev: chat.chat_stream(rt, req, jobs, ev))
         return with_usage(request, await until_disconnect(request, chat.chat_complete(rt, jobs)))
 
+    @router.post("/v1/chat/completions/input_tokens")
+    @router.post("/chat/completions/input_tokens")
+    async def chat_input_tokens(request: Request) -> Response:
+        rt = runtime_of(state)
+        req = await read_json(request, ChatCompletionRequest)
+        # The prompt is rendered and counted; nothing runs, so no context-size check either.
+        return JSONUTF8Response({"object": "response.input_tokens", "input_tokens": chat.count_prompt_tokens(rt, req)})
+
     @router.post("/v1/completions")
     async def oai_completion(request: Request) -> Response:
         rt = runtime_of(state)
@@ -38,7 +46,8 @@ def openai_routes(state: ServerState) -> APIRouter:
                 raise APIError("streaming supports a single prompt")
             events = generate.stream(rt.engine, groups[0])
             return await stream_events(request, events, lambda ev: completion.oai_stream(rt, req, groups[0], ev))
-        return with_usage(request, await until_disconnect(request, completion.oai_complete(rt, groups)))
+        answer = completion.oai_complete(rt, groups, verbose=completion.wants_verbose(rt, req))
+        return with_usage(request, await until_disconnect(request, answer))
 
     @router.post("/v1/embeddings")
     async def oai_embeddings(request: Request) -> Response:
