@@ -78,4 +78,3 @@ def test_n_choices_pinned_to_a_busy_slot_wait_for_it() -> None:
     assert first.finished is not None
     assert all(c.finished is not None for c in choices)
     assert choices[0].finished is not None and choices[0].finished.id_slot == 0
-
