@@ -99,7 +99,9 @@ def native_routes(state: ServerState) -> APIRouter:
             return await stream_events(request, events, lambda ev: completion.native_stream(rt, req, job, prompt, ev))
         body = await until_disconnect(request, completion.native_complete(rt, req, jobs))
         first = body if isinstance(body, dict) else body[0]
-        note_tokens(request, first["tokens_evaluated"], first["timings"]["cache_n"], first["tokens_predicted"])
+        # response_fields may have left any of these out of the answer
+        cache_n = first.get("timings", {}).get("cache_n", 0)
+        note_tokens(request, first.get("tokens_evaluated", 0), cache_n, first.get("tokens_predicted", 0))
         return JSONUTF8Response(body)
 
     return router

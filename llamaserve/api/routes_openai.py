@@ -47,7 +47,8 @@ def openai_routes(state: ServerState) -> APIRouter:
                 raise APIError("streaming supports a single prompt")
             events = generate.stream(rt.engine, groups[0])
             return await stream_events(request, events, lambda ev: completion.oai_stream(rt, req, groups[0], ev))
-        return with_usage(request, await until_disconnect(request, completion.oai_complete(rt, groups)))
+        answer = completion.oai_complete(rt, groups, verbose=completion.wants_verbose(rt, req))
+        return with_usage(request, await until_disconnect(request, answer))
 
     @router.post("/v1/embeddings")
     async def oai_embeddings(request: Request) -> Response:

@@ -54,6 +54,10 @@ class Vocabulary(Protocol):
 
     def valid_token(self, token: int) -> bool: ...
 
+    def eog_tokens(self) -> list[int]:
+        """Every end-of-generation token (what ignore_eos bans)."""
+        ...
+
     def fim_tokens(self) -> dict[str, int]: ...
 
     def check_grammar(self, grammar: str, triggers: tuple[str, ...] = ()) -> None:

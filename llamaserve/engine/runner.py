@@ -61,6 +61,9 @@ class StepResult:
 
     samples: list[list[Sample]]
     error: str | None = None
+    # The KV cache had no room for the batch (llama_decode's 1): with a unified KV cache the
+    # slots share it, so one long answer can leave none for the others.
+    no_space: bool = False
     prompt_logprobs: list[list[TokenLogprob]] = field(default_factory=list)  # per row, when targets were set
 
 

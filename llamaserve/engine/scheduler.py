@@ -31,11 +31,14 @@ from llamaserve.engine.types import (
     Failed,
     Finished,
     GenerationRequest,
+    PromptProgress,
     TextDelta,
     Timings,
 )
 
 log = logging.getLogger("llamaserve.scheduler")
+
+CONTEXT_EXCEEDED = "Context size has been exceeded."
 
 
 # ----------------------------------------------------------------- messages
@@ -174,6 +177,12 @@ class Scheduler:
         result = self.runner.step(plan)
         if result.error is not None:
             log.error("decode failed: %s", result.error)
+            if result.no_space:
+                # llama-server's answer: the shared cache is full, so every request in it ends
+                # (500, "Context size has been exceeded.") and its KV is cleared for the next ones.
+                for slot in [s for s in self.slots if s.busy]:
+                    self._fail_slot(slot, CONTEXT_EXCEEDED)
+                return
             for slot in planned:
                 self._fail_slot(slot, f"decode failed: {result.error}")
             return
@@ -183,6 +192,8 @@ class Scheduler:
         for row, slot, samples, scored in zip(plan, planned, result.samples, prompt_lps):
             slot.cache_tokens.extend(row.tokens)
             slot.prompt_logprobs += scored
+            if slot.state is SlotState.PREFILL:
+                self._report_progress(slot, now, outbox)
             followers: list[Slot] = []
             if slot.state is SlotState.PREFILL and slot.prompt_remaining == 0:
                 slot.t_prompt_done = now
@@ -197,6 +208,25 @@ class Scheduler:
                     self._on_token(owner, sample, now, outbox)
         for sink, events in outbox.values():
             sink(events)
+
+    def _report_progress(
+        self, slot: Slot, now: float, outbox: dict[int, tuple[EventSink, list[Event]]] | None = None
+    ) -> None:
+        """A prompt-progress report for a request that asked for them (return_progress)."""
+        task = slot.task
+        if task is None or not task.request.return_progress:
+            return
+        progress = PromptProgress(
+            total=len(slot.prompt),
+            cache=slot.n_cached,
+            processed=min(slot.n_past, len(slot.prompt)),
+            time_ms=round((now - slot.t_start) * 1000.0, 3),
+        )
+        event = TextDelta("", [], progress=progress)
+        if outbox is None:
+            task.sink([event])
+        else:
+            outbox.setdefault(task.id, (task.sink, []))[1].append(event)
 
     def _drain_inbox(self, block: bool) -> None:
         try:
@@ -272,7 +302,9 @@ class Scheduler:
                 still_waiting.append(group)
                 continue
             leader = self._choose_slot(group[0].request)
-            assert leader is not None
+            if leader is None:  # the id_slot the choices asked for is busy: wait for it
+                still_waiting.append(group)
+                continue
             if self._start(leader, group[0]):
                 others = [s for s in idle if s is not leader]
                 for slot, task in zip(others, group[1:]):
@@ -336,6 +368,7 @@ class Scheduler:
                 slot.sampler.accept(tok)
         self.stats.prompt_tokens_cached_total += keep
         self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
+        self._report_progress(slot, slot.t_start)  # the first report: only the cached part is done
         return True
 
     def _start_follower(self, slot: Slot, task: Task, leader: Slot) -> None:
@@ -457,7 +490,8 @@ class Scheduler:
             if slot.reasoning is not None:
                 slot.reasoning.observe(piece.decode("utf-8", errors="replace"))
             if text:
-                events.append(TextDelta(text, slot.unsent_tokens, slot.unsent_logprobs))
+                timings = self._timings(slot, now) if req.timings_per_token else None
+                events.append(TextDelta(text, slot.unsent_tokens, slot.unsent_logprobs, timings))
                 slot.unsent_tokens, slot.unsent_logprobs = [], []
             n_gen = len(slot.generated)
             if slot.stream.stopped:
@@ -490,17 +524,22 @@ class Scheduler:
                 slot.unsent_tokens, slot.unsent_logprobs = [], []
         events.append(self._finish(slot, stop_type, now))
 
-    def _finish(self, slot: Slot, stop_type: str, now: float) -> Finished:
-        n_gen = len(slot.generated)
+    @staticmethod
+    def _timings(slot: Slot, now: float) -> Timings:
         gen_ms = (now - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0
         prompt_ms = ((slot.t_prompt_done or now) - slot.t_start) * 1000.0
-        timings = Timings(
+        return Timings(
             cache_n=slot.n_cached,
             prompt_n=len(slot.prompt) - slot.n_cached,
             prompt_ms=prompt_ms,
-            predicted_n=n_gen,
+            predicted_n=len(slot.generated),
             predicted_ms=gen_ms,
         )
+
+    def _finish(self, slot: Slot, stop_type: str, now: float) -> Finished:
+        n_gen = len(slot.generated)
+        timings = self._timings(slot, now)
+        gen_ms = timings.predicted_ms
         self.stats.tokens_predicted_total += n_gen
         self.stats.tokens_predicted_seconds_total += gen_ms / 1000.0
         self.stats.tokens_predicted_steps_total += timings.predicted_steps

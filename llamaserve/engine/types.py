@@ -44,6 +44,8 @@ class GenerationRequest:
     reasoning_budget: ReasoningBudgetSpec | None = None  # None: reasoning runs as long as the model likes
     prompt_logprobs: bool = False  # also score every prompt token (legacy completions' echo)
     echo_text: str = ""  # prompt text the answer starts with (legacy completions' echo)
+    timings_per_token: bool = False  # every TextDelta carries the timings so far
+    return_progress: bool = False  # PromptProgress reports while the prompt is processed
 
 
 @dataclass
@@ -78,13 +80,33 @@ class Timings:
         }
 
 
+@dataclass(frozen=True)
+class PromptProgress:
+    """llama-server's `prompt_progress`: prompt tokens in all, from the cache, processed so far
+    (cached ones included), and the milliseconds since the prompt started."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"total": self.total, "cache": self.cache, "processed": self.processed, "time_ms": self.time_ms}
+
+
 @dataclass
 class TextDelta:
-    """New output text (never a broken UTF-8 sequence, never part of a stop string)."""
+    """New output text (never a broken UTF-8 sequence, never part of a stop string).
+
+    A progress report (return_progress) is a TextDelta without text or tokens, so that
+    every consumer of the stream that does not ask for progress can pass it over.
+    """
 
     text: str
     tokens: list[int]
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token when n_probs > 0
+    timings: Timings | None = None  # with timings_per_token
+    progress: PromptProgress | None = None
 
 
 @dataclass

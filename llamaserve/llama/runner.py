@@ -44,7 +44,7 @@ class LlamaRunner:
             sample_at.append(len(rows) - 1)
         code = self.context.decode(rows)
         if code != 0:
-            return StepResult([[] for _ in plan], error=f"llama_decode failed with code {code}")
+            return StepResult([[] for _ in plan], error=f"llama_decode failed with code {code}", no_space=code == 1)
         ctx = self.context.handle
         n_vocab = self.model.n_vocab
         samples: list[list[Sample]] = []

@@ -65,3 +65,9 @@ class SamplingFields(BaseModel):
     n_cache_reuse: int | None = Field(None, ge=0)
     lora: list[Any] | None = None  # [{"id": 0, "scale": 0.5}]: per-request adapter scales
     n_predict: int | None = Field(None, ge=-1)
+    # Debugging and progress extras: `verbose` adds `__verbose` (the native answer) to OpenAI
+    # answers (None: on with -v); `timings_per_token` puts timings on every streamed chunk;
+    # `return_progress` streams prompt-processing progress before the first token.
+    verbose: bool | None = None
+    timings_per_token: bool | None = None
+    return_progress: bool | None = None

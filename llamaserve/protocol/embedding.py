@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    input: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+    # Text, token ids, a mix, a {"prompt_string"} or {"content": [parts]} object, or a list of
+    # those: checked in serving/embedding.py, which knows every shape llama-server accepts.
+    input: str | dict[str, Any] | list[Any]
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None

@@ -9,10 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from llamaserve.protocol.common import SamplingFields
 from llamaserve.protocol.openai import ChatMessage
 
-# A prompt: text, token ids, a mix of both, or a list of such prompts.
-# Strict: JSON true or 1.5 must not slip through as token 1.
+# A prompt: text, token ids, a mix of both, an object with a prompt_string, or a list of
+# such prompts. Strict: JSON true or 1.5 must not slip through as token 1.
 PromptPiece = StrictStr | StrictInt
-Prompt = str | list[PromptPiece] | list[str | list[PromptPiece]]
+PromptObject = dict[str, Any]
+Prompt = str | PromptObject | list[PromptPiece | list[PromptPiece] | PromptObject]
 
 
 class NativeCompletionRequest(SamplingFields):
@@ -20,13 +21,17 @@ class NativeCompletionRequest(SamplingFields):
     stream: bool = False
     stop: list[str] | str | None = None
     return_tokens: bool = False
+    # `generation_settings/n_predict` style paths: the answer holds only these values.
+    response_fields: list[str] | None = None
 
 
 class InfillExtra(BaseModel):
+    """A repository file for infill: `text` is required, `filename` optional (llama-server's rule)."""
+
     model_config = ConfigDict(extra="allow")
 
-    filename: str = ""
-    text: str = ""
+    filename: StrictStr = ""
+    text: StrictStr
 
 
 class InfillRequest(NativeCompletionRequest):

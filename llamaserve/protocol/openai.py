@@ -49,6 +49,10 @@ class ChatCompletionRequest(SamplingFields):
     # llama-server's per-request --reasoning-budget (-1: unrestricted); Anthropic's
     # thinking.budget_tokens arrives here too.
     reasoning_budget_tokens: int | None = Field(None, ge=-1)
+    # vLLM/transformers' explicit prefill: True, "content" or "reasoning_content" continue the
+    # final message; refused together with add_generation_prompt: true.
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | str | None = None
 
     @field_validator("stop")
     @classmethod

@@ -27,7 +27,7 @@ from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.protocol.openai import ChatCompletionRequest, ChatMessage
 from llamaserve.serving import generate, logprobs
-from llamaserve.serving.completion import build_request, choices
+from llamaserve.serving.completion import build_request, choices, progress_fields, verbose_body, wants_verbose
 from llamaserve.serving.params import prompt_tokens, stop_strings
 from llamaserve.serving.prefill import split_prefill
 from llamaserve.serving.runtime import ModelRuntime
@@ -43,10 +43,13 @@ def render_prompt(
     tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any] | None,
     reasoning_effort: str | None = None,
+    add_generation_prompt: bool | None = None,
+    continue_final_message: bool | str | None = None,
 ) -> str:
     """The model's own chat template applied to the conversation.
 
-    A final assistant message is continued (prefilled) unless --no-prefill-assistant.
+    A final assistant message is continued (prefilled) unless --no-prefill-assistant,
+    or when the request asks for it with continue_final_message.
     """
     kwargs = render_kwargs(
         rt.chat_template_kwargs,
@@ -57,16 +60,41 @@ def render_prompt(
     # These are ours to set; a client's copy would collide with the arguments below.
     for reserved in ("messages", "tools", "add_generation_prompt", "bos_token", "eos_token"):
         kwargs.pop(reserved, None)
-    messages, prefill = split_prefill(messages, rt.config.prefill_assistant)
-    dicts = [m.model_dump(exclude_none=True) for m in messages]
-    for d, m in zip(dicts, messages):
+    plan = split_prefill(
+        messages,
+        rt.config.prefill_assistant,
+        continue_final=continue_final_message,
+        add_generation_prompt=add_generation_prompt,
+    )
+    dicts = [m.model_dump(exclude_none=True) for m in plan.messages]
+    for d, m in zip(dicts, plan.messages):
         if m.content is None and "content" not in d:
             d["content"] = None
     try:
-        prompt = rt.template.render(dicts, add_generation_prompt=True, tools=tools or None, **kwargs)
+        prompt = rt.template.render(
+            dicts, add_generation_prompt=plan.add_generation_prompt, tools=tools or None, **kwargs
+        )
     except TemplateError as exc:
         raise APIError(str(exc)) from exc
-    return prompt + (prefill or "")
+    return prompt + (plan.prefill or "")
+
+
+def request_prompt(rt: ModelRuntime, req: ChatCompletionRequest, messages: list[ChatMessage] | None = None) -> str:
+    """The prompt a chat request renders (its own messages unless others are given)."""
+    return render_prompt(
+        rt,
+        req.messages if messages is None else messages,
+        tools=req.tools,
+        template_kwargs=req.chat_template_kwargs,
+        reasoning_effort=req.reasoning_effort,
+        add_generation_prompt=req.add_generation_prompt,
+        continue_final_message=req.continue_final_message,
+    )
+
+
+def count_prompt_tokens(rt: ModelRuntime, req: ChatCompletionRequest) -> int:
+    """The prompt a chat request would run, rendered and tokenized (no context-size check)."""
+    return len(chat_tokens(rt, request_prompt(rt, req)))
 
 
 def chat_tokens(rt: ModelRuntime, prompt: str) -> list[int]:
@@ -113,11 +141,15 @@ class ChatPlan:
 
 
 class ChatJobs(list[GenerationRequest]):
-    """The n choices of one chat request, plus how to parse their text."""
+    """The n choices of one chat request, plus how to parse their text.
 
-    def __init__(self, jobs: list[GenerationRequest], plan: ChatPlan) -> None:
+    verbose: the answer carries `__verbose` (the first choice's native answer).
+    """
+
+    def __init__(self, jobs: list[GenerationRequest], plan: ChatPlan, verbose: bool = False) -> None:
         super().__init__(jobs)
         self.plan = plan
+        self.verbose = verbose
 
 
 def _plan_of(jobs: list[GenerationRequest]) -> ChatPlan:
@@ -171,6 +203,8 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
         tools=tools if mode != "none" else None,
         template_kwargs=kwargs,
         reasoning_effort=req.reasoning_effort,
+        add_generation_prompt=req.add_generation_prompt,
+        continue_final_message=req.continue_final_message,
     )
 
     structured = await resolve_grammar(
@@ -208,7 +242,7 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
     budget = _reasoning_budget(rt, req, plan, constrained=bool(job.sampling.grammar))
     if budget is not None:
         job = replace(job, reasoning_budget=budget)
-    return ChatJobs(choices(rt, job, req.n), plan)
+    return ChatJobs(choices(rt, job, req.n), plan, wants_verbose(rt, req))
 
 
 def _reasoning_budget(
@@ -289,6 +323,8 @@ async def chat_complete(rt: ModelRuntime, jobs: list[GenerationRequest]) -> dict
             }
         )
     body["usage"] = generate.usage([r.done for r in results])
+    if getattr(jobs, "verbose", False):
+        body["__verbose"] = verbose_body(rt, jobs[0], results[0])
     body["timings"] = results[0].done.timings.to_json()
     return body
 
@@ -298,9 +334,11 @@ class ChatChunk:
     """One step of a streamed chat answer, in OpenAI's delta vocabulary.
 
     delta keys: role, content, reasoning_content, tool_calls (OpenAI's shape).
-    The final chunk of a choice has finish_reason and timings; after all
-    choices finish, one chunk with usage and index -1 closes the stream.
-    Other API families (Anthropic Messages, Responses) re-shape these.
+    The final chunk of a choice has finish_reason and timings (and `finished`, the
+    engine's last event); after all choices finish, one chunk with usage, the first
+    choice's timings and index -1 closes the stream. `extra` holds llama-server's
+    streaming additions (`prompt_progress`, per-token `timings`), top-level fields
+    of the chunk. Other API families (Anthropic Messages, Responses) re-shape these.
     """
 
     index: int
@@ -309,6 +347,8 @@ class ChatChunk:
     finish_reason: str | None = None
     timings: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
+    finished: Finished | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _deltas(events: list[ParseEvent], ids: dict[int, str]) -> list[dict[str, Any]]:
@@ -352,14 +392,18 @@ async def chat_chunks(
     async for index, event in events:
         parser = parsers[index]
         if isinstance(event, TextDelta):
+            if event.progress is not None:
+                yield ChatChunk(index, {}, extra=progress_fields(event))
+                continue
             lp = _logprobs(rt, jobs[index], event.logprobs)
+            extra = progress_fields(event)
             if parser is None:
                 if event.text or event.logprobs:
-                    yield ChatChunk(index, {"content": event.text}, lp)
+                    yield ChatChunk(index, {"content": event.text}, lp, extra=extra)
                 continue
             deltas = _deltas(parser.feed(event.text), call_ids[index])
             for k, delta in enumerate(deltas):
-                yield ChatChunk(index, delta, lp if k == 0 else None)
+                yield ChatChunk(index, delta, lp if k == 0 else None, extra=extra if k == 0 else {})
             if not deltas and lp is not None:
                 yield ChatChunk(index, {}, lp)
         else:
@@ -372,9 +416,12 @@ async def chat_chunks(
             reason = (
                 "length" if event.stop_type == "limit" or truncated else ("tool_calls" if call_ids[index] else "stop")
             )
-            yield ChatChunk(index, {}, None, reason, event.timings.to_json())
+            yield ChatChunk(index, {}, None, reason, event.timings.to_json(), finished=event)
     if finished:
-        yield ChatChunk(-1, usage=generate.usage([finished[i] for i in sorted(finished)]))
+        first = finished[min(finished)]
+        yield ChatChunk(
+            -1, usage=generate.usage([finished[i] for i in sorted(finished)]), timings=first.timings.to_json()
+        )
 
 
 async def chat_stream(
@@ -385,11 +432,15 @@ async def chat_stream(
 ) -> AsyncIterator[bytes]:
     envelope = _envelope(rt, "chat.completion.chunk")
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    verbose = getattr(jobs, "verbose", False)
+    texts = ["" for _ in jobs]
     async for chunk in chat_chunks(rt, jobs, events):
         if chunk.index < 0:
             if include_usage:
-                yield data_event({**envelope, "choices": [], "usage": chunk.usage})
+                # llama-server puts the timings on the stream's last chunk
+                yield data_event({**envelope, "choices": [], "usage": chunk.usage, "timings": chunk.timings})
             continue
+        texts[chunk.index] += str(chunk.delta.get("content") or "")
         body = {
             **envelope,
             "choices": [
@@ -403,5 +454,9 @@ async def chat_stream(
         }
         if chunk.timings is not None:
             body["timings"] = chunk.timings
+        body.update(chunk.extra)
+        if verbose and chunk.finished is not None and chunk.index == 0:
+            done = generate.Completion(text=texts[0], finished=chunk.finished)
+            body["__verbose"] = verbose_body(rt, jobs[0], done)
         yield data_event(body)
     yield DONE

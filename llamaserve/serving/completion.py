@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import asdict, replace
 from typing import Any
 
+from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.protocol.common import SamplingFields
@@ -64,7 +66,14 @@ def build_request(
         lora=rt.lora.for_request(req.lora),
         n_probs=n_probs,
         post_sampling_probs=bool(req.post_sampling_probs),
+        timings_per_token=bool(req.timings_per_token),
+        return_progress=bool(req.return_progress),
     )
+
+
+def wants_verbose(rt: ModelRuntime, req: SamplingFields) -> bool:
+    """`__verbose` in OpenAI answers: the request's `verbose`, else on with -v (llama-server's rule)."""
+    return req.verbose if req.verbose is not None else rt.config.log_verbosity > 9
 
 
 def choices(rt: ModelRuntime, job: GenerationRequest, n: int) -> list[GenerationRequest]:
@@ -73,8 +82,6 @@ def choices(rt: ModelRuntime, job: GenerationRequest, n: int) -> list[Generation
         raise APIError(f"n: at most {len(rt.scheduler.slots)} choices (the number of slots)")
     if n == 1:
         return [job]
-    if job.id_slot >= 0:
-        raise APIError("id_slot cannot be combined with n > 1")
     seed = job.sampling.seed
     return [
         job if i == 0 else replace(job, sampling=replace(job.sampling, seed=(seed + i) if seed >= 0 else -1))
@@ -82,9 +89,18 @@ def choices(rt: ModelRuntime, job: GenerationRequest, n: int) -> list[Generation
     ]
 
 
+def _logit_bias_json(rt: ModelRuntime, sampling: SamplingParams) -> list[dict[str, Any]]:
+    """llama-server's list of {bias, token}, with the end-of-generation bans ignore_eos adds;
+    a ban (-inf) is JSON null, as llama-server writes it."""
+    biases = list(sampling.logit_bias)
+    if sampling.ignore_eos:
+        biases += [(t, -math.inf) for t in rt.model.eog_tokens()]
+    return [{"bias": None if math.isinf(b) else b, "token": t} for t, b in biases]
+
+
 def generation_settings(rt: ModelRuntime, request: GenerationRequest) -> dict[str, Any]:
     s = asdict(request.sampling)
-    s.pop("logit_bias", None)
+    s["logit_bias"] = _logit_bias_json(rt, request.sampling)
     s["grammar"] = s.get("grammar") or ""
     s.pop("grammar_triggers", None)
     s["samplers"] = list(s["samplers"])
@@ -184,12 +200,46 @@ def _native_final(
     return body
 
 
+def pick_fields(body: dict[str, Any], paths: list[str] | None) -> dict[str, Any]:
+    """llama-server's response_fields: only the values at these `a/b` paths, keyed by the path;
+    a path that leads nowhere is left out."""
+    if not paths:
+        return body
+    out: dict[str, Any] = {}
+    for path in paths:
+        value: Any = body
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[path] = value
+    return out
+
+
+def verbose_body(rt: ModelRuntime, job: GenerationRequest, result: generate.Completion) -> dict[str, Any]:
+    """The native answer of one choice, for `__verbose`: the prompt as the model saw it."""
+    prompt = rt.model.detokenize(job.prompt_tokens, special=True)
+    return _native_final(rt, job, 0, result, prompt, False)
+
+
+def progress_fields(event: TextDelta) -> dict[str, Any]:
+    """`prompt_progress` and per-token `timings` of a streamed delta, when it carries them."""
+    out: dict[str, Any] = {}
+    if event.timings is not None:
+        out["timings"] = event.timings.to_json()
+    if event.progress is not None:
+        out["prompt_progress"] = event.progress.to_json()
+    return out
+
+
 async def native_complete(
     rt: ModelRuntime, req: Any, jobs: list[tuple[GenerationRequest, str]]
 ) -> dict[str, Any] | list[dict[str, Any]]:
     results = await asyncio.gather(*(generate.complete(rt.engine, [job]) for job, _ in jobs))
+    fields = getattr(req, "response_fields", None)
     bodies = [
-        _native_final(rt, job, i, res[0], text, req.return_tokens)
+        pick_fields(_native_final(rt, job, i, res[0], text, req.return_tokens), fields)
         for i, ((job, text), res) in enumerate(zip(jobs, results))
     ]
     return bodies[0] if len(bodies) == 1 else bodies
@@ -214,14 +264,16 @@ async def native_stream(
                 "id_slot": -1,
                 "tokens_predicted": n,
                 "tokens_evaluated": len(job.prompt_tokens),
+                **progress_fields(event),
             }
-            if job.n_probs >= 0:
+            if job.n_probs >= 0 and event.progress is None:
                 chunk["completion_probabilities"] = logprobs.native(
                     rt.model, event.logprobs, post=job.post_sampling_probs, special=rt.config.special
                 )
             yield data_event(chunk)
         else:
-            yield data_event(_native_final(rt, job, 0, generate.Completion(finished=event), prompt, req.return_tokens))
+            final = _native_final(rt, job, 0, generate.Completion(finished=event), prompt, req.return_tokens)
+            yield data_event(pick_fields(final, getattr(req, "response_fields", None)))
 
 
 # ------------------------------------------------------------------- OpenAI
@@ -268,7 +320,9 @@ def _legacy_logprobs(rt: ModelRuntime, job: GenerationRequest, result: generate.
     return logprobs.legacy(rt.model, result.logprobs, special=rt.config.special)
 
 
-async def oai_complete(rt: ModelRuntime, groups: list[list[GenerationRequest]]) -> dict[str, Any]:
+async def oai_complete(
+    rt: ModelRuntime, groups: list[list[GenerationRequest]], *, verbose: bool = False
+) -> dict[str, Any]:
     results = await asyncio.gather(*(generate.complete(rt.engine, group) for group in groups))
     body = _oai_envelope(rt)
     body["choices"] = []
@@ -291,6 +345,8 @@ async def oai_complete(rt: ModelRuntime, groups: list[list[GenerationRequest]]) 
         "total_tokens": sum(u["total_tokens"] for u in usages),
         "prompt_tokens_details": {"cached_tokens": sum(f[0].n_cached for f in finished)},
     }
+    if verbose:
+        body["__verbose"] = verbose_body(rt, groups[0][0], results[0][0])
     body["timings"] = finished[0][0].timings.to_json()
     return body
 

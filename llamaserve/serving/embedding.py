@@ -11,7 +11,7 @@ import numpy as np
 from llamaserve.engine.backend import Embedder, EmbedError
 from llamaserve.errors import APIError
 from llamaserve.protocol.embedding import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
-from llamaserve.serving.params import check_tokens
+from llamaserve.serving.params import prompt_tokens
 from llamaserve.serving.runtime import ModelRuntime
 
 MAX_INPUTS = 2048
@@ -53,28 +53,55 @@ def _counted(rt: ModelRuntime, embedder: Embedder, inputs: list[list[int]]) -> l
     return out
 
 
+MEDIA_PARTS = ("image_url", "input_audio", "input_video")
+
+
+def _content_text(content: Any) -> str:
+    """OpenAI content parts ({"content": [{"type": "text", ...}]}) as one text, as llama-server
+    joins them; media parts are refused while only text models load."""
+    if not isinstance(content, list):
+        raise APIError('"content" must be an array')
+    text = ""
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text", ""), str):
+            text += part.get("text", "")
+        elif kind in MEDIA_PARTS:
+            raise APIError(f"{kind}: this model does not support multimodal input")
+        else:
+            raise APIError(f"content: unsupported part type {kind!r}")
+    return text
+
+
+def _entry_tokens(rt: ModelRuntime, item: Any) -> list[int]:
+    # Text is embedded as written: special-token text is not parsed into control tokens.
+    if isinstance(item, str):
+        return rt.model.tokenize(item, add_special=True, parse_special=False)
+    if isinstance(item, dict) and "content" in item:
+        return rt.model.tokenize(_content_text(item["content"]), add_special=True, parse_special=False)
+    # token ids, a mix of ids and text, or a prompt_string object: the completion forms
+    return prompt_tokens(rt.model, item)
+
+
 def _inputs(rt: ModelRuntime, raw: Any) -> list[list[int]]:
-    """A string, a list of strings, a token array, or a list of token arrays."""
-    if isinstance(raw, str):
-        items: list[Any] = [raw]
-    elif isinstance(raw, list) and raw and all(isinstance(t, int) and not isinstance(t, bool) for t in raw):
+    """llama-server's prompt shapes (text, token ids, mixes, prompt_string objects, or a list of
+    them) plus OpenAI content objects."""
+    if isinstance(raw, list) and not any(isinstance(t, int) and not isinstance(t, bool) for t in raw):
+        items: list[Any] = raw
+    elif isinstance(raw, (str, list, dict)):
         items = [raw]
-    elif isinstance(raw, list):
-        items = raw
     else:
-        raise APIError("input: expected a string, a list of strings, or token arrays")
+        raise APIError("input: expected a string, token ids, an object, or a list of those")
     if not items:
-        raise APIError("input: must not be empty")
+        raise APIError('"input" must not be empty')
     if len(items) > MAX_INPUTS:
         raise APIError(f"input: at most {MAX_INPUTS} items")
     out = []
-    for i, item in enumerate(items):
-        if isinstance(item, str):
-            out.append(rt.model.tokenize(item, add_special=True, parse_special=False))
-        elif isinstance(item, list):
-            out.append(check_tokens(rt.model, item))
-        else:
-            raise APIError(f"input[{i}]: expected a string or a token array")
+    for item in items:
+        tokens = _entry_tokens(rt, item)
+        if not tokens:
+            raise APIError("Input content cannot be empty")
+        out.append(tokens)
     return out
 
 

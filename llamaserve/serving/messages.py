@@ -96,14 +96,7 @@ def build_chat_request(data: dict[str, Any]) -> ChatCompletionRequest:
 
 def count_prompt_tokens(rt: ModelRuntime, req: ChatCompletionRequest) -> int:
     """The prompt a chat request would run, rendered and tokenized (no context-size check)."""
-    prompt = chat.render_prompt(
-        rt,
-        req.messages,
-        tools=req.tools,
-        template_kwargs=req.chat_template_kwargs,
-        reasoning_effort=req.reasoning_effort,
-    )
-    return len(chat.chat_tokens(rt, prompt))
+    return chat.count_prompt_tokens(rt, req)
 
 
 def parse_arguments(arguments: Any) -> dict[str, Any]:

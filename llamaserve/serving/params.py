@@ -129,30 +129,57 @@ def check_tokens(model: Vocabulary, tokens: list[int]) -> list[int]:
     return tokens
 
 
+MULTIMODAL_UNSUPPORTED = "Multimodal data provided, but model does not support multimodal requests."
+PROMPT_SHAPES = (
+    "the prompt must be a string, token ids, a mix of both, or an object with a prompt_string (or a list of those)"
+)
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _prompt_object(model: Vocabulary, prompt: dict[str, Any], add_special: bool) -> list[int]:
+    """llama-server's {"prompt_string": ..., "multimodal_data": [...]} form."""
+    if "multimodal_data" in prompt:
+        # Until multimodal models load, media can only be refused (llama-server does the same
+        # for a text-only model).
+        raise APIError(MULTIMODAL_UNSUPPORTED)
+    text = prompt.get("prompt_string")
+    if not isinstance(text, (str, list)):
+        raise APIError(PROMPT_SHAPES)
+    return prompt_tokens(model, text, add_special=add_special)
+
+
 def prompt_tokens(model: Vocabulary, prompt: Any, *, add_special: bool = True) -> list[int]:
-    """One prompt as text, token ids, or a mix of both (llama-server's forms)."""
+    """One prompt as text, token ids, a mix of both, or a prompt_string object (llama-server's forms).
+
+    In a mix only a leading string gets the BOS token, as in llama-server's tokenize_mixed.
+    """
     if isinstance(prompt, str):
         if len(prompt) > MAX_PROMPT_CHARS:
             raise APIError("the prompt is too long")
         return model.tokenize(prompt, add_special=add_special, parse_special=True)
+    if isinstance(prompt, dict):
+        return _prompt_object(model, prompt, add_special)
     if isinstance(prompt, list):
         out: list[int] = []
         for i, piece in enumerate(prompt):
             if isinstance(piece, str):
                 out += model.tokenize(piece, add_special=add_special and i == 0, parse_special=True)
-            elif isinstance(piece, int) and not isinstance(piece, bool):
+            elif _is_token(piece):
                 out.append(piece)
             else:
-                raise APIError("the prompt must be a string, token ids, or a mix of both")
+                raise APIError(PROMPT_SHAPES)
         return check_tokens(model, out)
-    raise APIError("the prompt must be a string, token ids, or a mix of both")
+    raise APIError(PROMPT_SHAPES)
 
 
 def split_prompts(prompt: Any) -> list[Any]:
-    """llama-server's rule: a list holding lists, or only strings, is several prompts;
-    a list holding token ids (possibly mixed with strings) is one prompt."""
-    if (isinstance(prompt, list) and prompt) and (
-        any(isinstance(p, list) for p in prompt) or all(isinstance(p, str) for p in prompt)
-    ):
+    """llama-server's rule: a list without a bare token id is several prompts (strings, token
+    lists, mixes, objects); a list holding token ids (possibly mixed with strings) is one prompt."""
+    if isinstance(prompt, list) and not any(_is_token(p) for p in prompt):
+        if not prompt:
+            raise APIError('"prompt" must not be empty')
         return list(prompt)
     return [prompt]

@@ -53,6 +53,7 @@ class FakeRunner:
         self.removed: list[tuple[int, int, int]] = []
         self.copies: list[tuple[int, int]] = []
         self.fail_next = False
+        self.full_next = False  # the next decode finds no room in the KV cache (llama_decode's 1)
         self.shifts: list[tuple[int, int, int, int]] = []
         self.lora: tuple[float, ...] = ()
         self.lora_per_step: list[tuple[float, ...]] = []
@@ -73,6 +74,9 @@ class FakeRunner:
         if self.fail_next:
             self.fail_next = False
             return StepResult([[] for _ in plan], error="boom")
+        if self.full_next:
+            self.full_next = False
+            return StepResult([[] for _ in plan], error="no KV slot", no_space=True)
         samples: list[list[Sample]] = []
         for row in plan:
             seq = self.tokens(row.seq_id)

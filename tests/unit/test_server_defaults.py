@@ -102,18 +102,38 @@ def _msg(role: str, content: str | None = "x", **kw: object) -> ChatMessage:
 
 def test_prefill_continues_a_final_assistant_message_unless_disabled() -> None:
     convo = [_msg("user", "hi"), _msg("assistant", "Once upon")]
-    rest, text = split_prefill(convo, True)
-    assert [m.role for m in rest] == ["user"] and text == "Once upon"
-    assert split_prefill(convo, False) == (convo, None)
+    plan = split_prefill(convo, True)
+    assert [m.role for m in plan.messages] == ["user"] and plan.prefill == "Once upon"
+    assert plan.add_generation_prompt  # the rest is rendered up to the assistant's header
+    off = split_prefill(convo, False)
+    assert (off.messages, off.prefill) == (convo, None)
     parts = [
         _msg("user"),
         ChatMessage(role="assistant", content=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]),
     ]
-    assert split_prefill(parts, True)[1] == "ab"
+    # llama-server joins text parts with a blank line
+    assert split_prefill(parts, True).prefill == "a\n\nb"
     with pytest.raises(APIError, match="2 or more assistant"):
         split_prefill([_msg("user"), _msg("assistant"), _msg("assistant")], True)
     with pytest.raises(APIError, match="tool calls"):
         split_prefill([_msg("user"), _msg("assistant", None, tool_calls=[{"id": "1"}])], True)
+
+
+def test_continue_final_message_is_explicit_prefill_and_excludes_the_generation_prompt() -> None:
+    convo = [_msg("user", "hi"), _msg("assistant", "Once upon")]
+    # explicit, even with --no-prefill-assistant
+    plan = split_prefill(convo, False, continue_final=True, add_generation_prompt=False)
+    assert plan.prefill == "Once upon"
+    assert split_prefill(convo, False, continue_final="content", add_generation_prompt=False).prefill == "Once upon"
+    with pytest.raises(APIError, match="add_generation_prompt and continue_final_message"):
+        split_prefill(convo, True, continue_final=True, add_generation_prompt=True)
+    with pytest.raises(APIError, match="add_generation_prompt and continue_final_message"):
+        split_prefill(convo, True, continue_final=True)  # add_generation_prompt defaults to true
+    # the implicit prefill wins over an explicit add_generation_prompt, as in llama-server
+    assert split_prefill(convo, True, add_generation_prompt=True).prefill == "Once upon"
+    # add_generation_prompt: false alone renders the conversation without a new turn
+    plain = split_prefill([_msg("user", "hi")], True, add_generation_prompt=False)
+    assert plain.prefill is None and not plain.add_generation_prompt
 
 
 def _submit(s: Scheduler, prompt: list[int], n_predict: int) -> Collector:
