@@ -7,12 +7,15 @@ environment HF transformers uses, which is what template authors test against) a
 it can produce is turned into one exception type, :class:`TemplateError`, that the server maps to
 an HTTP 400 carrying the message.
 
-Two deliberate differences from the stock sandbox (see ``_TemplateSandbox``): touching an unsafe
-attribute (``lipsum.__globals__``) raises at once instead of rendering as empty, and lists may be
-appended to / popped from, because real templates (Kimi-K2) need it and every object a template
-can reach is a per-render copy. The sandbox stops escapes, not waste: a template can still burn
-CPU or memory (nested loops, huge string repeats); templates come from the operator's model file
-or command line, not from requests, so that is accepted.
+Three deliberate differences from the stock sandbox (see ``_TemplateSandbox``): touching an
+unsafe attribute (``lipsum.__globals__``) raises at once instead of rendering as empty, lists may
+be appended to / popped from, because real templates (Kimi-K2) need it and every object a template
+can reach is a per-render copy, and a string ``+`` None/undefined is the string, as in llama.cpp's
+engine. Each render also gets llama.cpp's date variables (``template_context.py``).
+
+The sandbox stops escapes, not waste: a template can still burn CPU or memory (nested loops, huge
+string repeats); templates come from the operator's model file or command line, not from
+requests, so that is accepted.
 
 This module imports nothing outside llamaserve.chat: it is pure text work, testable without a model.
 
@@ -39,10 +42,12 @@ import jinja2
 import jinja2.ext
 import jinja2.nodes
 import jinja2.parser
+import jinja2.runtime
 import jinja2.sandbox
 from jinja2.exceptions import SecurityError
 
 from llamaserve.chat.template_caps import TemplateCaps, probe_caps
+from llamaserve.chat.template_context import concat_plus, extra_context
 from llamaserve.jsondepth import nests_deeper
 
 __all__ = [
@@ -192,6 +197,17 @@ class _TemplateSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
         # reason to touch ``__globals__``/``__class__``/..., so a template that tries is treated
         # as broken or hostile and the request fails with a clear message.
         raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
+
+    # ``+`` goes through call_binop so a string plus None/undefined renders as llama.cpp's
+    # engine renders it (see template_context.concat_plus) instead of failing the request.
+    intercepted_binops = frozenset({"+"})
+
+    def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+":
+            applies, joined = concat_plus(left, right)
+            if applies:
+                return joined
+        return super().call_binop(context, operator, left, right)
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         if isinstance(obj, list) and attr in _ALLOWED_LIST_MUTATORS:
@@ -396,8 +412,10 @@ class ChatTemplate:
         tools: list[dict[str, Any]] | None,
         extra: Mapping[str, Any],
     ) -> str:
-        # Request kwargs first, so the fixed names below override any attempt to replace them.
-        context: dict[str, Any] = {k: v for k, v in extra.items() if k not in _RESERVED_NAMES}
+        # llama.cpp's date variables, then request kwargs over them, then the fixed names below
+        # over both, so a client cannot replace the conversation or the globals.
+        context = extra_context(datetime.now(), tools=tools)
+        context.update((k, v) for k, v in extra.items() if k not in _RESERVED_NAMES)
         context["messages"] = messages
         context["add_generation_prompt"] = add_generation_prompt
         context["bos_token"] = self.bos_token

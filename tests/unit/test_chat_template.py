@@ -28,16 +28,6 @@ TEMPLATE_FILES = sorted(TEMPLATE_DIR.glob("*.jinja"))
 # Templates that refuse a system message, with the refusal they give.
 SYSTEM_REJECTING = {"google-gemma-2-2b-it.jinja": "System role not supported"}
 
-# Variables a template cannot render without: firefunction-v2 interpolates ``functions`` and
-# ``datetime`` (llama.cpp's firefunction handler passes both), so without them it fails with
-# "'functions' is undefined" whatever the conversation.
-TEMPLATE_KWARGS: dict[str, dict[str, Any]] = {
-    "fireworks-ai-llama-3-firefunction-v2.jinja": {
-        "functions": "[]",
-        "datetime": "Jan 01 2025 00:00:00 GMT",
-    },
-}
-
 SYSTEM_TEXT = "You are a terse assistant."
 USER_TEXT = "What is the capital of France?"
 
@@ -96,19 +86,18 @@ def test_template_corpus_is_present() -> None:
 @pytest.mark.parametrize("path", TEMPLATE_FILES, ids=lambda p: p.name)
 def test_real_template_renders_basic_conversation(path: Path) -> None:
     template = ChatTemplate(path.read_text(encoding="utf-8"), bos_token="<s>", eos_token="</s>")
-    kwargs = TEMPLATE_KWARGS.get(path.name, {})
     conversation = [
         {"role": "system", "content": SYSTEM_TEXT},
         {"role": "user", "content": USER_TEXT},
     ]
     try:
-        prompt = template.render(conversation, add_generation_prompt=True, **kwargs)
+        prompt = template.render(conversation, add_generation_prompt=True)
     except TemplateError as exc:
         # Only the known system-refusing templates may fail, and with their own clear words.
         assert path.name in SYSTEM_REJECTING, f"unexpected failure: {exc}"
         assert exc.message == SYSTEM_REJECTING[path.name]
         assert exc.raised_by_template
-        prompt = template.render(conversation[1:], add_generation_prompt=True, **kwargs)
+        prompt = template.render(conversation[1:], add_generation_prompt=True)
         assert not template.caps.supports_system_role
     else:
         assert path.name not in SYSTEM_REJECTING
@@ -129,8 +118,7 @@ def test_real_template_renders_basic_conversation(path: Path) -> None:
         "supports_object_arguments",
     }
     assert all(isinstance(v, bool) for v in props.values())
-    if path.name not in TEMPLATE_KWARGS:  # the probes cannot supply template-specific variables
-        assert caps.supports_string_content or caps.supports_typed_content
+    assert caps.supports_string_content or caps.supports_typed_content
 
 
 # ---------------------------------------------------------------------------------------------
