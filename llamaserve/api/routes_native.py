@@ -54,7 +54,13 @@ def native_routes(state: ServerState) -> APIRouter:
     async def apply_template(request: Request) -> Response:
         rt = runtime_of(state)
         req = await read_json(request, ApplyTemplateRequest)
-        prompt = chat.render_prompt(rt, req.messages, tools=req.tools, template_kwargs=req.chat_template_kwargs)
+        prompt = chat.render_prompt(
+            rt,
+            req.messages,
+            tools=req.tools,
+            template_kwargs=req.chat_template_kwargs,
+            add_generation_prompt=req.add_generation_prompt,
+        )
         return JSONUTF8Response({"prompt": prompt})
 
     @router.post("/embedding")

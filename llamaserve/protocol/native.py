@@ -62,3 +62,5 @@ class ApplyTemplateRequest(BaseModel):
     messages: list[ChatMessage] = Field(..., min_length=1)
     tools: list[dict[str, Any]] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    # False: the prompt ends after the last message, without the assistant header.
+    add_generation_prompt: bool = True

@@ -59,6 +59,20 @@ def test_apply_template_uses_the_models_chatml(base_url: str) -> None:
     assert prompt.endswith("<|im_start|>assistant\n")
 
 
+def test_add_generation_prompt_false_leaves_out_the_assistant_header(base_url: str) -> None:
+    messages = [{"role": "user", "content": "Hi"}]
+    body = {"messages": messages, "add_generation_prompt": False}
+    prompt = HTTP.post(f"{base_url}/apply-template", json=body).json()["prompt"]
+    assert prompt.endswith("<|im_start|>user\nHi<|im_end|>\n")
+    assert "<|im_start|>assistant" not in prompt
+    # The chat route honours it too: the prompt the model reads is shorter by that header.
+    counts = []
+    for flag in (True, False):
+        chat = {"messages": messages, "add_generation_prompt": flag, "max_tokens": 1, "temperature": 0}
+        counts.append(HTTP.post(f"{base_url}/v1/chat/completions", json=chat).json()["usage"]["prompt_tokens"])
+    assert counts[1] < counts[0]
+
+
 def test_native_completion_shape(base_url: str) -> None:
     r = httpx.post(
         f"{base_url}/completion", json={"prompt": "Once upon a time", "n_predict": 8, "temperature": 0}, timeout=60
