@@ -45,8 +45,9 @@ class SlotKV:
         # KV computed under other adapter scales is not this prompt's KV.
         same_lora = slot.cache_lora == req.lora
         keep = common_prefix_length(slot.cache_tokens, prompt) if reuse and same_lora else 0
-        if self.prompt_cache is not None and keep < len(slot.cache_tokens):
-            self._park(slot)
+        saved = restored = 0
+        if self.prompt_cache is not None and keep < len(slot.cache_tokens) and self._park(slot):
+            saved = len(slot.cache_tokens)
         if not same_lora:
             self._truncate(slot, 0)
             slot.cache_lora = req.lora
@@ -56,10 +57,13 @@ class SlotKV:
                 self._truncate(slot, 0)
                 if self.runner.set_seq_state(slot.id, entry.state):
                     slot.cache_tokens = list(entry.tokens)
-                    keep = n
+                    keep = restored = n
                     self.stats.prompt_cache_hits += 1
                 else:  # a state that no longer fits (e.g. unified KV is full): start clean
                     self.runner.seq_remove(slot.id, 0, -1)
+        if saved or restored:
+            # llama-server's words for a slot exchanging KV with the host cache (its tests grep them).
+            log.debug("slot %d: updating prompt cache: saved %d tokens, restored %d", slot.id, saved, restored)
         min_chunk = req.n_cache_reuse if req.n_cache_reuse >= 0 else self.policy.cache_reuse
         if reuse and min_chunk > 0 and keep < len(slot.cache_tokens) and self.runner.can_shift:
             keep = self._move_chunks(slot, prompt, keep, min_chunk)
@@ -92,14 +96,16 @@ class SlotKV:
             self.runner.seq_remove(slot.id, keep, -1)
             del slot.cache_tokens[keep:]
 
-    def _park(self, slot: Slot) -> None:
-        """Copy the slot's KV to the host-memory cache before it is overwritten."""
+    def _park(self, slot: Slot) -> bool:
+        """Copy the slot's KV to the host-memory cache before it is overwritten; True: copied."""
         assert self.prompt_cache is not None
         tokens = slot.cache_tokens
         if not tokens or self.prompt_cache.covers(tokens, slot.cache_lora):
-            return
+            return False
         if self.prompt_cache.put(tokens, self.runner.seq_state(slot.id), slot.cache_lora):
             self.stats.prompt_cache_saves += 1
+            return True
+        return False
 
     def _move_chunks(self, slot: Slot, prompt: list[int], keep: int, min_chunk: int) -> int:
         moves, in_place = plan_chunk_reuse(slot.cache_tokens, prompt, keep, min_chunk)

@@ -35,3 +35,30 @@ def test_three_long_conversations_in_turn_fit_and_come_back_cached(model_path: s
         assert again["timings"]["cache_n"] >= first["tokens_evaluated"] - 1
     finally:
         stop_server(server)
+
+
+def test_verbose_log_names_each_exchange_with_the_prompt_cache(model_path: str, tmp_path: Path) -> None:
+    # What an operator reading `--verbose` sees: the idle slot parked when another starts, then
+    # "updating prompt cache" when its conversation comes back from host memory.
+    args = ["-m", model_path, "-c", "1024", "-np", "2", "-kvu", "--cache-ram", "100", "--verbose", "-t", "2"]
+    server = start_server(args, tmp_path)
+    try:
+
+        def send(seed: int, slot: int) -> dict[str, Any]:
+            prompt = " ".join(f"w{seed}x{i}" for i in range(20))
+            body = {"prompt": prompt, "n_predict": 4, "temperature": 0, "id_slot": slot}
+            r = httpx.post(f"{server.url}/completion", json=body, timeout=120)
+            assert r.status_code == 200, r.text
+            answer: dict[str, Any] = r.json()
+            return answer
+
+        first = send(1, 0)
+        assert "updating prompt cache" not in server.log()
+        send(2, 1)
+        assert "saving idle slot to prompt cache" in server.log()
+        again = send(1, -1)
+        assert "updating prompt cache" in server.log()
+        assert again["timings"]["cache_n"] > 0
+        assert again["timings"]["prompt_n"] < first["timings"]["prompt_n"]
+    finally:
+        stop_server(server)
