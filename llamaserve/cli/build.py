@@ -169,6 +169,10 @@ def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
     for name in ("cors_origins", "cors_methods", "cors_headers", "alias", "tags"):
         if name in values:
             values[name] = _csv(values[name])
+    if "alias" in values:
+        # llama-server keeps the aliases in a std::set: sorted, each once, and the first names
+        # the model (the "id" of /v1/models and the "model" of every answer).
+        values["alias"] = tuple(sorted(set(values["alias"])))
     if "reverse_prompts" in values:
         values["reverse_prompts"] = tuple(unescape(p) if escape else p for p in values["reverse_prompts"])
     if "log_file" not in values and environ.get("LLAMA_LOG_FILE"):

@@ -91,7 +91,8 @@ def models(rt: ModelRuntime) -> dict[str, Any]:
         "data": [
             {
                 "id": name,
-                "aliases": list(rt.config.alias[1:]),
+                # Every alias, the id among them, as llama-server lists them.
+                "aliases": list(rt.config.alias) or [name],
                 "tags": sorted(set(rt.config.tags)),  # llama-server keeps them in a std::set
                 "object": "model",
                 "created": rt.created,

@@ -43,6 +43,7 @@ def test_special_slot_cap_adaptive_p_no_cont_batching_and_pure_content(tmp_path:
             "--samplers", "top_k;adaptive_p", "--adaptive-target", "0.5",
             "--chat-template-file", _template(tmp_path), "--reasoning", "off",
             "--skip-chat-parsing", "--no-prefill-assistant", "-nocb", "--ctx-checkpoints", "4",
+            "-a", "tinyllama-2,fim,code,fim",
         ],
         tmp_path,
     )  # fmt: skip
@@ -53,6 +54,9 @@ def test_special_slot_cap_adaptive_p_no_cont_batching_and_pure_content(tmp_path:
         assert props["params"]["samplers"] == ["top_k", "adaptive_p"] and props["params"]["adaptive_target"] == 0.5
         assert [s["n_ctx"] for s in httpx.get(f"{url}/slots").json()] == [256, 256]
         assert "no context checkpoints" in srv.log()
+        # -a: every alias listed once; the alphabetically first names the model, as in llama-server.
+        model = httpx.get(f"{url}/v1/models").json()["data"][0]
+        assert model["id"] == "code" and model["aliases"] == ["code", "fim", "tinyllama-2"]
 
         # -sp: the end-of-turn token is written into the text and the probabilities.
         done = _post(

@@ -96,6 +96,11 @@ def test_parallel_auto_means_four_unified_slots(model_file: str) -> None:
     assert cfg.effective_parallel == 2 and cfg.effective_kv_unified is False
 
 
+def test_aliases_are_a_sorted_set_whose_first_names_the_model(model_file: str) -> None:
+    cfg = config_from_args(["-m", model_file, "-a", "tinyllama-2,fim,code,fim"], environ={})
+    assert cfg.alias == ("code", "fim", "tinyllama-2") and cfg.model_alias == "code"
+
+
 def test_samplers_flag(model_file: str) -> None:
     cfg = config_from_args(["-m", model_file, "--samplers", "top_k;temperature"], environ={})
     assert cfg.sampling.samplers == ("top_k", "temperature")
