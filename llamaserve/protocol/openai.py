@@ -44,8 +44,6 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     chat_template_kwargs: dict[str, Any] | None = None
-    # llama-server's field: False renders no assistant header (a prefill still continues).
-    add_generation_prompt: bool = True
     reasoning_effort: str | None = None
     reasoning_format: str | None = None
     # llama-server's per-request --reasoning-budget (-1: unrestricted); Anthropic's
