@@ -16,9 +16,10 @@ from llamaserve.engine.sampling import (
     SamplingParams,
 )
 
-# Destinations that only mark a flag as given (pending features) and set no config field.
-_MARKERS = frozenset({"spec", "router", "tools", "mmproj", "rpc", "removed", "mmproj_auto", "mmproj_offload"})
-_MARKERS_TOO = frozenset({"models_autoload"})
+# Destinations that only mark a flag as given (features not built yet) and set no config field.
+_MARKERS = frozenset(
+    {"spec", "router", "tools", "mmproj", "rpc", "removed", "mmproj_auto", "mmproj_offload", "models_autoload"}
+)
 _PARTS = {f.name for f in fields(ServerConfig) if f.name in ("load", "tuning", "cpu", "cpu_batch")}
 
 
@@ -162,7 +163,7 @@ def _vertex_ai(environ: dict[str, str]) -> dict[str, Any]:
 
 
 def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
-    values = {k: v for k, v in parsed.values.items() if k not in _MARKERS and k not in _MARKERS_TOO}
+    values = {k: v for k, v in parsed.values.items() if k not in _MARKERS}
     escape = bool(values.get("escape", True))
     sampling = _sampling(values, escape)
     keys = _api_keys(values)
