@@ -12,19 +12,23 @@ import os
 import sys
 from collections.abc import Sequence
 
-from llamaserve.cli.argv import UsageError, parse, pending_features
+from llamaserve.cli.argv import Parsed, UsageError, parse, pending_features
 from llamaserve.cli.build import build_config
 from llamaserve.cli.info import run_action
 from llamaserve.config import ConfigError, ServerConfig
 
 
 def config_from_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> ServerConfig:
-    """The config a command line asks for; ConfigError (a UsageError) when it cannot be served."""
+    """The config a command line asks for; ConfigError when it cannot be served."""
     env = dict(os.environ if environ is None else environ)
     try:
         parsed = parse(argv, env)
     except UsageError as exc:
         raise ConfigError(str(exc)) from exc
+    return _config(parsed, env)
+
+
+def _config(parsed: Parsed, env: dict[str, str]) -> ServerConfig:
     missing = pending_features(parsed)
     if missing:
         spelling, feature = missing[0]
@@ -35,15 +39,19 @@ def config_from_args(argv: Sequence[str], environ: dict[str, str] | None = None)
 def main(argv: Sequence[str] | None = None, prog: str = "llama-server") -> int:
     """Entry point of `llama-server`."""
     args = list(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ)
     try:
-        parsed = parse(args, os.environ)
-        if parsed.actions:
+        parsed = parse(args, env)
+        if parsed.actions:  # --help, --version, ...: print and exit before anything loads
             return run_action(parsed.actions[0], prog)
-        config = config_from_args(args)
-    except (ConfigError, UsageError) as exc:
-        message = str(exc)
-        sys.stderr.write(message if message.startswith("error") else f"error: {message}")
-        sys.stderr.write("\n\nto show complete usage, run with -h\n" if isinstance(exc, UsageError) else "\n")
+        config = _config(parsed, env)
+    except UsageError as exc:
+        message = str(exc)  # llama-server's own wording, which sometimes starts with "error"
+        prefix = "" if message.startswith("error") else "error: "
+        sys.stderr.write(f"{prefix}{message}\n\nto show complete usage, run with -h\n")
+        return 1
+    except ConfigError as exc:
+        sys.stderr.write(f"error: {exc}\n")
         return 1
     except KeyboardInterrupt:  # Ctrl-C during a download: the .part file stays for a resume
         sys.stderr.write("interrupted\n")
