@@ -222,7 +222,12 @@ class Scheduler:
             processed=min(slot.n_past, len(slot.prompt)),
             time_ms=round((now - slot.t_start) * 1000.0, 3),
         )
-        event = TextDelta("", [], progress=progress)
+        timings = None
+        if task.request.timings_per_token:
+            # The prompt part so far, as llama-server reports it: nothing before the first batch.
+            done = max(progress.processed - slot.n_cached, 0)
+            timings = Timings(cache_n=slot.n_cached, prompt_n=done, prompt_ms=progress.time_ms if done else 0.0)
+        event = TextDelta("", [], progress=progress, timings=timings)
         if outbox is None:
             task.sink([event])
         else:

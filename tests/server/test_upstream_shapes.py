@@ -101,3 +101,22 @@ def test_response_fields_pick_nested_values(srv: RunningServer) -> None:
     body = {"prompt": "Hello", "n_predict": 2, "response_fields": ["content", "generation_settings/n_predict"]}
     r = _post(srv, "/completion", body).json()
     assert set(r) == {"content", "generation_settings/n_predict"} and r["generation_settings/n_predict"] == 2
+
+
+def test_progress_reports_carry_the_prompt_timings_so_far(srv: RunningServer) -> None:
+    body = {
+        "prompt": "the quick brown fox jumps over the lazy dog " * 20,
+        "n_predict": 2,
+        "stream": True,
+        "cache_prompt": False,
+        "return_progress": True,
+        "timings_per_token": True,
+    }
+    r = _post(srv, "/completion", body)
+    chunks = [json.loads(ln[6:]) for ln in r.text.splitlines() if ln.startswith("data: ")]
+    reports = [c for c in chunks if "prompt_progress" in c]
+    assert len(reports) >= 3
+    first = reports[0]["timings"]
+    assert first["prompt_n"] == 0 and first["prompt_ms"] == 0.0  # sent before any prompt token is decoded
+    spent = [c["timings"]["prompt_ms"] for c in reports]
+    assert spent == sorted(spent) and spent[-1] > 0
