@@ -1,8 +1,9 @@
 """One flag of llama-server's: spellings, value check, environment variable, group, and what it sets.
 
-The rows themselves are in the `options_*.py` modules. A few stand for features that are filed but not built (router mode, multimodal input,
-speculative decoding, agent tools, the RPC backend): they parse and check their value, and then
-the server refuses to start with a message that names the missing feature, never ignoring them.
+The rows themselves are in the `options_*.py` modules. A few stand for features that are filed
+but not built (router mode, multimodal input, speculative decoding, agent tools, the RPC
+backend): they parse and check their value, and then the server refuses to start with a message
+that names the missing feature, never ignoring them.
 """
 
 from __future__ import annotations

@@ -16,12 +16,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from llamaserve.engine.inbox import Abort, Call, Message, Shutdown, Submit
 from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.reasoning_budget import ReasoningBudget
 from llamaserve.engine.runner import PlanRow, Runner, Sample
 from llamaserve.engine.slot_kv import SlotKV
+from llamaserve.engine.slot_reports import progress_event, slot_timings
 from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.textstream import TextStream
@@ -31,47 +32,12 @@ from llamaserve.engine.types import (
     Failed,
     Finished,
     GenerationRequest,
-    PromptProgress,
     TextDelta,
-    Timings,
 )
 
 log = logging.getLogger("llamaserve.scheduler")
 
 CONTEXT_EXCEEDED = "Context size has been exceeded."
-
-
-# ----------------------------------------------------------------- messages
-@dataclass
-class Submit:
-    """One request, or the n choices of one request (they share the prompt's KV)."""
-
-    tasks: list[Task]
-
-
-@dataclass
-class Abort:
-    task_id: int
-
-
-@dataclass
-class Call:
-    """Run a function on the scheduler thread (slot save/restore, state reads).
-
-    With ``idle_slot`` set, the call waits until that slot has no request.
-    """
-
-    fn: Callable[[], object]
-    reply: Callable[[object, BaseException | None], None]
-    idle_slot: int = -1
-
-
-@dataclass
-class Shutdown:
-    pass
-
-
-Message = Submit | Abort | Call | Shutdown
 
 
 class Scheduler:
@@ -216,18 +182,7 @@ class Scheduler:
         task = slot.task
         if task is None or not task.request.return_progress:
             return
-        progress = PromptProgress(
-            total=len(slot.prompt),
-            cache=slot.n_cached,
-            processed=min(slot.n_past, len(slot.prompt)),
-            time_ms=round((now - slot.t_start) * 1000.0, 3),
-        )
-        timings = None
-        if task.request.timings_per_token:
-            # The prompt part so far, as llama-server reports it: nothing before the first batch.
-            done = max(progress.processed - slot.n_cached, 0)
-            timings = Timings(cache_n=slot.n_cached, prompt_n=done, prompt_ms=progress.time_ms if done else 0.0)
-        event = TextDelta("", [], progress=progress, timings=timings)
+        event = progress_event(slot, task.request, now)
         if outbox is None:
             task.sink([event])
         else:
@@ -495,7 +450,7 @@ class Scheduler:
             if slot.reasoning is not None:
                 slot.reasoning.observe(piece.decode("utf-8", errors="replace"))
             if text:
-                timings = self._timings(slot, now) if req.timings_per_token else None
+                timings = slot_timings(slot, now) if req.timings_per_token else None
                 events.append(TextDelta(text, slot.unsent_tokens, slot.unsent_logprobs, timings))
                 slot.unsent_tokens, slot.unsent_logprobs = [], []
             n_gen = len(slot.generated)
@@ -529,21 +484,9 @@ class Scheduler:
                 slot.unsent_tokens, slot.unsent_logprobs = [], []
         events.append(self._finish(slot, stop_type, now))
 
-    @staticmethod
-    def _timings(slot: Slot, now: float) -> Timings:
-        gen_ms = (now - slot.t_prompt_done) * 1000.0 if slot.t_prompt_done else 0.0
-        prompt_ms = ((slot.t_prompt_done or now) - slot.t_start) * 1000.0
-        return Timings(
-            cache_n=slot.n_cached,
-            prompt_n=len(slot.prompt) - slot.n_cached,
-            prompt_ms=prompt_ms,
-            predicted_n=len(slot.generated),
-            predicted_ms=gen_ms,
-        )
-
     def _finish(self, slot: Slot, stop_type: str, now: float) -> Finished:
         n_gen = len(slot.generated)
-        timings = self._timings(slot, now)
+        timings = slot_timings(slot, now)
         gen_ms = timings.predicted_ms
         self.stats.tokens_predicted_total += n_gen
         self.stats.tokens_predicted_seconds_total += gen_ms / 1000.0
