@@ -10,6 +10,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from llamaserve.engine.slots import common_prefix_length
+from llamaserve.engine.token_blocks import BLOCK, PrefixIndex, block_hashes
 
 
 # ------------------------------------------------------------ host-RAM cache
@@ -37,30 +38,46 @@ class PromptCache:
     def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = limit_bytes  # < 0: no limit
         self._entries: OrderedDict[int, CachedPrompt] = OrderedDict()
+        # Entries by their leading blocks: lookups touch only entries that share a prefix.
+        self._index = PrefixIndex()
         self._next_key = 0
         self.bytes_used = 0
 
     def entries(self) -> list[CachedPrompt]:
         return list(self._entries.values())
 
-    def covers(self, tokens: list[int], lora: tuple[float, ...] = ()) -> bool:
-        """True when some entry already holds these tokens (or a longer run starting with them)."""
-        return any(
-            e.lora == lora and len(e.tokens) >= len(tokens) and e.tokens[: len(tokens)] == tokens
-            for e in self._entries.values()
-        )
+    def covers(self, tokens: list[int], lora: tuple[float, ...] = (), hashes: list[int] | None = None) -> bool:
+        """True when some entry already holds these tokens (or a longer run starting with them).
 
-    def put(self, tokens: list[int], state: bytes, lora: tuple[float, ...] = ()) -> bool:
+        ``hashes``: the tokens' `block_hashes` under ``lora``, when the caller has them already.
+        """
+        n_blocks = len(tokens) // BLOCK
+        if n_blocks and hashes is None:
+            hashes = block_hashes(tokens, lora)
+        keys = self._index.sharing(hashes, n_blocks) if hashes and n_blocks else self._entries.keys()
+        for key in keys:
+            e = self._entries[key]
+            if e.lora == lora and len(e.tokens) >= len(tokens) and e.tokens[: len(tokens)] == tokens:
+                return True
+        return False
+
+    def put(
+        self, tokens: list[int], state: bytes, lora: tuple[float, ...] = (), hashes: list[int] | None = None
+    ) -> bool:
         """Keep a state; entries it extends are dropped. False when it can never fit."""
         entry = CachedPrompt(list(tokens), state, lora)
         if 0 <= self.limit_bytes < entry.size:
             return False
-        for key, old in list(self._entries.items()):
+        if hashes is None:
+            hashes = block_hashes(entry.tokens, lora)
+        for key in self._index.chains_within(hashes):
+            old = self._entries[key]
             if old.lora == lora and len(old.tokens) <= len(tokens) and tokens[: len(old.tokens)] == old.tokens:
                 self._drop(key)  # the new entry holds everything the old one did
         key = self._next_key
         self._next_key += 1
         self._entries[key] = entry
+        self._index.add(key, hashes)
         self.bytes_used += entry.size
         while 0 <= self.limit_bytes < self.bytes_used:
             self._drop(next(iter(self._entries)))
@@ -68,8 +85,14 @@ class PromptCache:
 
     def best(self, prompt: list[int], lora: tuple[float, ...] = ()) -> tuple[CachedPrompt | None, int]:
         """The entry sharing the longest prefix with prompt, and that length (marked recently used)."""
+        hashes = block_hashes(prompt, lora)
+        n_blocks = self._index.longest_shared(hashes)
+        # Entries sharing the most whole blocks hold the longest prefix; with none shared, any
+        # entry may still share a part of the first block.
+        keys = list(self._index.sharing(hashes, n_blocks)) if n_blocks else list(self._entries)
         best_key, best_len = -1, 0
-        for key, entry in self._entries.items():
+        for key in keys:
+            entry = self._entries[key]
             n = common_prefix_length(entry.tokens, prompt) if entry.lora == lora else 0
             if n > best_len:
                 best_key, best_len = key, n
@@ -80,6 +103,7 @@ class PromptCache:
 
     def _drop(self, key: int) -> None:
         self.bytes_used -= self._entries.pop(key).size
+        self._index.remove(key)
 
 
 # ------------------------------------------------------------ --cache-reuse

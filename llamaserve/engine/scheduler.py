@@ -247,6 +247,8 @@ class Scheduler:
         if not self._waiting:
             self.stats.requests_deferred = 0
             return
+        if all(s.busy for s in self.slots):
+            return  # nothing can start: skip matching every waiting prompt against every slot
         still_waiting: deque[list[Task]] = deque()
         while self._waiting:
             group = self._waiting.popleft()
@@ -427,7 +429,10 @@ class Scheduler:
         assert task is not None
         req = task.request
         token = sample.token
-        events = outbox.setdefault(task.id, (task.sink, []))[1]
+        entry = outbox.get(task.id)
+        if entry is None:
+            entry = outbox[task.id] = (task.sink, [])
+        events = entry[1]
         if req.n_predict == 0:  # only the prompt was wanted (e.g. scored with echo)
             events.append(self._finish(slot, "limit", now))
             return
@@ -465,7 +470,7 @@ class Scheduler:
                     stop_type = "limit"  # the slot's context is full
             elif (
                 req.t_max_predict_ms > 0
-                and "\n" in slot.stream.text
+                and slot.stream.saw_newline
                 and (now - slot.t_prompt_done) * 1000.0 > req.t_max_predict_ms
             ):
                 stop_type = "limit"
@@ -507,9 +512,10 @@ class Scheduler:
         return finished
 
     def _release(self, slot: Slot) -> None:
-        for other in self.slots:
-            if slot in other.followers:
-                other.followers.remove(slot)
+        if slot.state is SlotState.FOLLOWING:  # only a follower still waiting is on a leader's list
+            for other in self.slots:
+                if slot in other.followers:
+                    other.followers.remove(slot)
         orphans, slot.followers = slot.followers, []
         for f in orphans:  # the leader went away before its prompt was decoded
             if f.task is not None:

@@ -97,6 +97,7 @@ class SlotFiles:
         runner = self.scheduler.runner
         runner.seq_remove(slot.id, 0, -1)
         slot.cache_tokens.clear()
+        slot.kv_in_host_cache = False
         slot.cache_lora = ()  # files hold base-model KV: saving a slot under an adapter is on the caller
         n_read, tokens = runner.load_seq_file(path, slot.id)
         if n_read == 0:

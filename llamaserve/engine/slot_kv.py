@@ -14,6 +14,7 @@ from llamaserve.engine.kvcache import CachePolicy, PromptCache, context_shift, p
 from llamaserve.engine.runner import Runner
 from llamaserve.engine.slots import Slot, common_prefix_length
 from llamaserve.engine.stats import SchedulerStats
+from llamaserve.engine.token_blocks import block_hashes
 from llamaserve.engine.types import GenerationRequest
 
 log = logging.getLogger("llamaserve")
@@ -40,6 +41,7 @@ class SlotKV:
         (--cache-reuse). Whatever is left of the old content is removed.
         """
         prompt = req.prompt_tokens
+        slot.kv_in_host_cache = False  # the sequence is about to change
         # Scoring the prompt needs the logits of every prompt position: nothing can be reused.
         reuse = req.cache_prompt and not req.prompt_logprobs
         # KV computed under other adapter scales is not this prompt's KV.
@@ -82,8 +84,8 @@ class SlotKV:
         if not self.policy.cache_idle_slots or self.prompt_cache is None:
             return
         for slot in slots:
-            if slot.busy or not slot.cache_tokens:
-                continue
+            if slot.busy or not slot.cache_tokens or slot.kv_in_host_cache:
+                continue  # an idle slot's KV does not change, so one copy is enough
             self._park(slot)
             # The tag is llama-server's: its test suite reads the log to see the slot parked.
             log.debug("slot %d: saving idle slot to prompt cache __TEST_TAG_CACHE_IDLE_SLOT__", slot.id)
@@ -100,9 +102,14 @@ class SlotKV:
         """Copy the slot's KV to the host-memory cache before it is overwritten; True: copied."""
         assert self.prompt_cache is not None
         tokens = slot.cache_tokens
-        if not tokens or self.prompt_cache.covers(tokens, slot.cache_lora):
+        if not tokens:
             return False
-        if self.prompt_cache.put(tokens, self.runner.seq_state(slot.id), slot.cache_lora):
+        hashes = block_hashes(tokens, slot.cache_lora)
+        if self.prompt_cache.covers(tokens, slot.cache_lora, hashes):
+            slot.kv_in_host_cache = True
+            return False
+        if self.prompt_cache.put(tokens, self.runner.seq_state(slot.id), slot.cache_lora, hashes):
+            slot.kv_in_host_cache = True
             self.stats.prompt_cache_saves += 1
             return True
         return False

@@ -30,21 +30,30 @@ class Task:
 def common_prefix_length(a: list[int], b: list[int]) -> int:
     """Longest common prefix of two token lists.
 
-    Binary search over slice equality keeps the comparisons in C, which
-    matters for prompts of thousands of tokens checked against every slot.
+    Slice comparisons keep the work in C, which matters for prompts of thousands of
+    tokens checked against every slot and cache entry. Chunks that double in size
+    walk the equal part, so the slices copied add up to about twice the prefix
+    (a binary search from the start copies that much at every one of its steps);
+    the chunk holding the first difference is then halved down to it.
     """
-    hi = min(len(a), len(b))
-    if hi == 0 or a[0] != b[0]:
-        return 0
-    if a[:hi] == b[:hi]:
-        return hi
-    lo = 1  # a[:lo] == b[:lo] holds; a[:hi] == b[:hi] does not
-    while hi - lo > 1:
+    n = min(len(a), len(b))
+    done, step = 0, 64  # a[:done] == b[:done]
+    while done < n:
+        end = min(done + step, n)
+        if a[done:end] != b[done:end]:
+            break
+        done, step = end, step * 2
+    else:
+        return n
+    lo, hi = done, min(done + step, n)  # the first difference is in [lo, hi)
+    while hi - lo > 16:
         mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
+        if a[lo:mid] == b[lo:mid]:
             lo = mid
         else:
             hi = mid
+    while lo < hi and a[lo] == b[lo]:
+        lo += 1
     return lo
 
 
@@ -62,6 +71,9 @@ class Slot:
         self.clear_task()
 
     def clear_task(self) -> None:
+        # The host-memory prompt cache holds a copy of this KV: set when parked; a task starting
+        # or ending here means the sequence changed.
+        self.kv_in_host_cache = False
         self.task: Task | None = None
         self.sampler: Sampler | None = None
         self.prompt: list[int] = []

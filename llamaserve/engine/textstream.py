@@ -8,6 +8,8 @@ string, so a streaming client never sees bytes it would later have to unsee.
 
 from __future__ import annotations
 
+import re
+
 
 def _utf8_complete_prefix(data: bytes) -> int:
     """Length of the longest prefix of ``data`` that does not end mid-character."""
@@ -29,27 +31,50 @@ class TextStream:
 
     def __init__(self, stop: tuple[str, ...] = ()) -> None:
         self.stop = tuple(s for s in stop if s)
-        self._max_stop = max((len(s) for s in self.stop), default=0)
+        # Where a stop string could begin: one regex search per token instead of a loop.
+        starts = "".join(sorted({re.escape(s[0]) for s in self.stop}))
+        self._stop_start = re.compile(f"[{starts}]") if starts else None
         self._pending_bytes = b""
         self._held = ""  # decoded text not yet emitted (could begin a stop string)
-        self.text = ""  # everything emitted so far
+        # Everything emitted so far, in pieces: joined only when asked for, since appending to
+        # one string per token copies the whole answer each time.
+        self._emitted: list[str] = []
+        self.saw_newline = False  # some emitted text held a newline (t_max_predict_ms starts then)
         self.stopping_word = ""
+
+    @property
+    def text(self) -> str:
+        """Everything emitted so far."""
+        return "".join(self._emitted)
+
+    def _emit(self, out: str) -> str:
+        if out:
+            self._emitted.append(out)
+            if not self.saw_newline and "\n" in out:
+                self.saw_newline = True
+        return out
 
     def push(self, piece: bytes) -> str:
         """Add one token's bytes; return text now safe to emit (may be '')."""
-        data = self._pending_bytes + piece
-        cut = _utf8_complete_prefix(data)
-        self._pending_bytes = data[cut:]
+        data = self._pending_bytes + piece if self._pending_bytes else piece
+        # Most pieces end in ASCII, which always completes a character.
+        cut = len(data) if data and data[-1] < 0x80 else _utf8_complete_prefix(data)
         if cut == 0:
+            self._pending_bytes = data
             return ""
-        self._held += data[:cut].decode("utf-8", errors="replace")
+        self._pending_bytes = data[cut:]
+        self._held += (data if cut == len(data) else data[:cut]).decode("utf-8", errors="replace")
         return self._release()
 
     def _release(self) -> str:
         if not self.stop:
             out, self._held = self._held, ""
-            self.text += out
-            return out
+            return self._emit(out)
+        held = self._held
+        if self._stop_start is None or not self._stop_start.search(held):
+            # No stop string can begin anywhere in the held text: all of it is safe.
+            self._held = ""
+            return self._emit(held)
         # A full stop string ends generation; text before it is emitted.
         best = -1
         for s in self.stop:
@@ -59,20 +84,28 @@ class TextStream:
         if best != -1:
             out = self._held[:best]
             self._held = ""
-            self.text += out
-            return out
-        # Hold back the longest tail that is a prefix of some stop string.
-        keep = 0
-        tail_max = min(len(self._held), self._max_stop - 1)
-        for length in range(tail_max, 0, -1):
-            tail = self._held[-length:]
-            if any(s.startswith(tail) for s in self.stop):
-                keep = length
-                break
+            return self._emit(out)
+        keep = self._stop_prefix_tail()
         out = self._held[: len(self._held) - keep]
         self._held = self._held[len(self._held) - keep :]
-        self.text += out
-        return out
+        return self._emit(out)
+
+    def _stop_prefix_tail(self) -> int:
+        """Length of the longest tail of the held text that is a prefix of some stop string.
+
+        A tail can only begin where a stop string's first character occurs, so str.find jumps
+        to those places instead of trying every length (this runs once per generated token).
+        """
+        held = self._held
+        keep = 0
+        for s in self.stop:
+            i = held.find(s[0], max(0, len(held) - len(s) + 1))
+            while i != -1 and len(held) - i > keep:
+                if s.startswith(held[i:]):
+                    keep = len(held) - i
+                    break
+                i = held.find(s[0], i + 1)
+        return keep
 
     def flush(self) -> str:
         """Generation ended without a stop string: emit what was held back."""
@@ -80,8 +113,7 @@ class TextStream:
         # dropped rather than emitted as a replacement character.
         rest = self._held
         self._held, self._pending_bytes = "", b""
-        self.text += rest
-        return rest
+        return self._emit(rest)
 
     @property
     def stopped(self) -> bool:

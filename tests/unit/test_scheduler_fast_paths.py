@@ -1,0 +1,89 @@
+"""The scheduler's fast paths give the answers of the plain algorithms they replaced.
+
+benchmarks/sched_overhead.py measures why they exist; these check, on random inputs,
+that the block-hash index, the galloping prefix comparison and the stop-string hold-back
+never change a result.
+"""
+
+from __future__ import annotations
+
+import random
+
+from llamaserve.engine.kvcache import PromptCache
+from llamaserve.engine.slots import common_prefix_length
+from llamaserve.engine.textstream import TextStream
+from llamaserve.engine.token_blocks import BLOCK
+
+
+def plain_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_common_prefix_length_matches_a_plain_scan() -> None:
+    rng = random.Random(7)
+    for _ in range(3000):
+        a = [rng.randrange(3) for _ in range(rng.randrange(0, 3 * BLOCK))]
+        cut = rng.randrange(0, len(a) + 1)
+        b = a[:cut] + [rng.randrange(3) for _ in range(rng.randrange(0, 40))]
+        assert common_prefix_length(a, b) == plain_prefix(a, b)
+
+
+def test_prompt_cache_best_and_covers_match_a_scan_over_every_entry() -> None:
+    rng = random.Random(11)
+    cache = PromptCache(limit_bytes=-1)
+    stored: list[tuple[list[int], tuple[float, ...]]] = []
+    trunk = [rng.randrange(50) for _ in range(4 * BLOCK)]
+    for i in range(200):
+        # Branches off a shared trunk at every kind of offset, block-aligned or not, two adapters.
+        tokens = trunk[: rng.randrange(0, len(trunk))] + [rng.randrange(50) for _ in range(rng.randrange(1, 2 * BLOCK))]
+        lora: tuple[float, ...] = () if i % 3 else (0.5,)
+        cache.put(tokens, b"s", lora)
+        stored.append((tokens, lora))
+        probe = trunk[: rng.randrange(0, len(trunk))] + [rng.randrange(50) for _ in range(rng.randrange(0, BLOCK))]
+        live = [(e.tokens, e.lora) for e in cache.entries()]
+        expected = max((plain_prefix(t, probe) for t, lo in live if lo == lora), default=0)
+        entry, n = cache.best(probe, lora)
+        assert n == expected
+        assert (entry is None) == (expected == 0)
+        if entry is not None:
+            assert plain_prefix(entry.tokens, probe) == n
+        part = tokens[: rng.randrange(1, len(tokens) + 1)]
+        assert cache.covers(part, lora)
+        assert cache.covers(part, lora) == any(lo == lora and t[: len(part)] == part for t, lo in live)
+    # Entries that a later one extends were dropped, none other was.
+    live = [(e.tokens, e.lora) for e in cache.entries()]
+    for tokens, lora in stored:
+        assert any(lo == lora and t[: len(tokens)] == tokens for t, lo in live)
+
+
+def held_back_plainly(text: str, stops: tuple[str, ...]) -> int:
+    """The longest tail of text that begins some stop string, trying every length."""
+    for length in range(min(len(text), max(len(s) for s in stops) - 1), 0, -1):
+        if any(s.startswith(text[-length:]) for s in stops):
+            return length
+    return 0
+
+
+def test_stop_strings_are_held_back_exactly_as_long_as_they_could_still_match() -> None:
+    rng = random.Random(3)
+    alphabet = "ab<>/\n x"
+    for _ in range(2000):
+        stops = tuple("".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 6))) for _ in range(2))
+        stream = TextStream(stops)
+        emitted = ""
+        source = ""
+        while not stream.stopped and len(source) < 40:
+            piece = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 4)))
+            source += piece
+            emitted += stream.push(piece.encode())
+        if stream.stopped:
+            first = min(source.find(s) for s in stops if s in source)
+            assert emitted == source[:first]
+            assert stream.stopping_word in stops and source[first:].startswith(stream.stopping_word)
+        else:
+            assert emitted == source[: len(source) - held_back_plainly(source, stops)]
+            assert emitted + stream.flush() == source
+        assert stream.text == emitted if stream.stopped else stream.text == source
