@@ -24,6 +24,7 @@ from llamaserve.chat.builtin_template import BuiltinTemplate
 from llamaserve.chat.prompt_template import PromptTemplate
 from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError
 from llamaserve.config import ConfigError, ContextTuning, CpuPlacement, ServerConfig
+from llamaserve.engine.admission import QueueLimits
 from llamaserve.engine.backend import Vocabulary
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.kvcache import CachePolicy
@@ -374,6 +375,8 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         n_ctx_slot=config.kv_unified_per_slot,
         cont_batching=config.tuning.cont_batching,
         show_special=config.special,
+        queue_limits=QueueLimits(config.max_queue, config.max_queue_tokens),
+        max_itl_ms=config.max_itl_ms,
     )
     grammar = server_default_grammar(model, config.default_grammar, config.default_json_schema)
     if grammar is not None:

@@ -223,6 +223,11 @@ class ServerConfig:
     tags: tuple[str, ...] = ()
     kv_unified_per_slot: int = 0  # >0: each slot's context is capped at N; without -c the KV holds n_parallel * N
     cache_idle_slots: bool = True  # idle slots' KV to the host-memory cache when a task starts
+    # admission (ours): bounds on what waits for a slot (-1: none), and a cap on prompt work per
+    # step that keeps generating slots' inter-token latency under max_itl_ms (0: off)
+    max_queue: int = -1
+    max_queue_tokens: int = -1
+    max_itl_ms: int = 0
     # logging
     log_jsonl: bool = False
     log_prefix: bool = True  # llama-server turns it on at start; --no-log-prefix: bare messages
@@ -293,6 +298,10 @@ class ServerConfig:
             raise ConfigError("--n-cpu-moe and --n-cpu-ffn must be >= 0")
         if self.kv_unified_per_slot < 0:
             raise ConfigError("--kv-unified-per-slot must be >= 0")
+        if self.max_queue < -1 or self.max_queue_tokens < -1:
+            raise ConfigError("--max-queue and --max-queue-tokens must be -1 (no limit) or >= 0")
+        if self.max_itl_ms < 0:
+            raise ConfigError("--max-itl-ms must be >= 0 (0: off)")
         if self.api_prefix and (not self.api_prefix.startswith("/") or self.api_prefix.endswith("/")):
             raise ConfigError("--api-prefix must start with '/' and have no trailing slash, e.g. /llama")
         if not self.hosts:

@@ -19,6 +19,7 @@ ERROR_STATUS: dict[str, int] = {
     "permission_error": 403,
     "not_found_error": 404,
     "request_too_large": 413,
+    "rate_limit_error": 429,
     "server_error": 500,
     "not_supported_error": 501,
     "unavailable_error": 503,
@@ -32,6 +33,7 @@ ANTHROPIC_TYPES: dict[str, str] = {
     "permission_error": "permission_error",
     "not_found_error": "not_found_error",
     "request_too_large": "request_too_large",
+    "rate_limit_error": "rate_limit_error",
     "server_error": "api_error",
     "not_supported_error": "invalid_request_error",
     "unavailable_error": "overloaded_error",
@@ -46,12 +48,14 @@ class APIError(Exception):
         *,
         status: int | None = None,
         extra: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.kind = kind
         self.status = status if status is not None else ERROR_STATUS.get(kind, 500)
         self.extra = extra or {}
+        self.headers = headers or {}  # e.g. Retry-After on a 429
 
     def openai_body(self) -> dict[str, Any]:
         return {"error": {"code": self.status, "message": self.message, "type": self.kind, **self.extra}}

@@ -51,7 +51,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> Response:
-        return JSONUTF8Response(exc.openai_body(), status_code=exc.status)
+        return JSONUTF8Response(exc.openai_body(), status_code=exc.status, headers=exc.headers or None)
 
     @app.exception_handler(ClientGone)
     async def _gone(request: Request, exc: ClientGone) -> Response:

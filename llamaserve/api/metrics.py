@@ -145,6 +145,24 @@ class LlamaCollector(Collector):
             s.cache_reuse_tokens,
         )
         yield _metric(
+            "llamaserve:queue_seconds_total",
+            "Time requests waited for a slot before their prompt started.",
+            "counter",
+            s.queue_seconds_total,
+        )
+        yield _metric(
+            "llamaserve:requests_rejected_total",
+            "Requests refused with 429 by --max-queue or --max-queue-tokens.",
+            "counter",
+            s.requests_rejected,
+        )
+        yield _metric(
+            "llamaserve:queue_tokens",
+            "Prompt tokens of the requests waiting for a slot.",
+            "gauge",
+            self.state.queued_tokens(),
+        )
+        yield _metric(
             "llamaserve:context_shifts_total",
             "Context shifts of full slots (--context-shift).",
             "counter",

@@ -40,7 +40,7 @@ def anthropic_errors(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except APIError as exc:
-            return JSONUTF8Response(exc.anthropic_body(), status_code=exc.status)
+            return JSONUTF8Response(exc.anthropic_body(), status_code=exc.status, headers=exc.headers or None)
         except ClientGone:
             raise
         except Exception as exc:

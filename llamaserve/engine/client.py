@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
+from llamaserve.engine.admission import QueueFull
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.types import Event, Failed, Finished, GenerationRequest
 
@@ -57,10 +58,16 @@ class EngineClient:
             return sink
 
         ids = [self.scheduler.next_task_id() for _ in requests]
-        if len(requests) == 1:
-            self.scheduler.submit(ids[0], requests[0], sink_for(0))
-        else:
-            self.scheduler.submit_choices([(tid, req, sink_for(i)) for i, (tid, req) in enumerate(zip(ids, requests))])
+        try:
+            if len(requests) == 1:
+                self.scheduler.submit(ids[0], requests[0], sink_for(0))
+            else:
+                self.scheduler.submit_choices(
+                    [(tid, req, sink_for(i)) for i, (tid, req) in enumerate(zip(ids, requests))]
+                )
+        except QueueFull as full:
+            yield 0, Failed(full.message, kind="rate_limit_error", status=429, retry_after_s=full.retry_after_s)
+            return
         remaining = set(range(len(requests)))
         try:
             while remaining:

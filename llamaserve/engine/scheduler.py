@@ -14,9 +14,9 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 
+from llamaserve.engine.admission import AdmissionControl, QueueFull, QueueLimits, prefill_order
 from llamaserve.engine.inbox import Abort, Call, Message, Shutdown, Submit
 from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.reasoning_budget import ReasoningBudget
@@ -25,6 +25,7 @@ from llamaserve.engine.slot_kv import SlotKV
 from llamaserve.engine.slot_reports import progress_event, slot_timings
 from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
 from llamaserve.engine.stats import SchedulerStats
+from llamaserve.engine.step_budget import PrefillBudget
 from llamaserve.engine.textstream import TextStream
 from llamaserve.engine.types import (
     Event,
@@ -53,6 +54,8 @@ class Scheduler:
         n_ctx_slot: int = 0,
         cont_batching: bool = True,
         show_special: bool = False,
+        queue_limits: QueueLimits | None = None,
+        max_itl_ms: int = 0,
     ) -> None:
         self.runner = runner
         # A slot's context: the KV sequence's, or less (--kv-unified-per-slot caps it).
@@ -65,7 +68,10 @@ class Scheduler:
         self.slot_prompt_similarity = slot_prompt_similarity
         self.kv = SlotKV(runner, cache or CachePolicy(), SchedulerStats())
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
-        self._waiting: deque[list[Task]] = deque()
+        # Groups of tasks (n choices of one prompt) waiting for slots; admitted by priority.
+        self._waiting: list[list[Task]] = []
+        self.admission = AdmissionControl(queue_limits or QueueLimits(), n_slots)
+        self.prefill_budget = PrefillBudget(max_itl_ms)
         self._deferred_calls: list[Call] = []
         self._lora_turn = 0
         self._ids = itertools.count(1)
@@ -88,11 +94,22 @@ class Scheduler:
         return next(self._ids)
 
     def submit(self, task_id: int, request: GenerationRequest, sink: EventSink) -> None:
-        self._inbox.put(Submit([Task(task_id, request, sink)]))
+        """Queue a request; raises QueueFull at once when it would wait past --max-queue*."""
+        self._enter_queue(1, len(request.prompt_tokens))
+        self._inbox.put(Submit([Task(task_id, request, sink, time.perf_counter())]))
 
     def submit_choices(self, tasks: list[tuple[int, GenerationRequest, EventSink]]) -> None:
         """n choices of one prompt: admitted together; the prompt is decoded once."""
-        self._inbox.put(Submit([Task(tid, req, sink) for tid, req, sink in tasks]))
+        self._enter_queue(len(tasks), len(tasks[0][1].prompt_tokens) if tasks else 0)
+        now = time.perf_counter()
+        self._inbox.put(Submit([Task(tid, req, sink, now) for tid, req, sink in tasks]))
+
+    def _enter_queue(self, n_requests: int, n_tokens: int) -> None:
+        try:
+            self.admission.enter(n_requests, n_tokens)
+        except QueueFull:
+            self.stats.requests_rejected += 1  # submissions come from the event loop's one thread
+            raise
 
     def abort(self, task_id: int) -> None:
         self._inbox.put(Abort(task_id))
@@ -140,7 +157,11 @@ class Scheduler:
         self.stats.n_decode_total += 1
         self.stats.n_busy_slots_total += sum(1 for s in self.slots if s.busy)
         self.runner.set_lora(lora)
+        t_step = time.perf_counter()
         result = self.runner.step(plan)
+        n_generating = sum(1 for s in planned if s.state is SlotState.GENERATING)
+        n_prompt = sum(len(r.tokens) for r, s in zip(plan, planned) if s.state is SlotState.PREFILL)
+        self.prefill_budget.observe(time.perf_counter() - t_step, n_generating, n_prompt)
         if result.error is not None:
             log.error("decode failed: %s", result.error)
             if result.no_space:
@@ -246,12 +267,15 @@ class Scheduler:
     def _admit_waiting(self) -> None:
         if not self._waiting:
             self.stats.requests_deferred = 0
+            self.admission.set_idle_slots(sum(1 for s in self.slots if not s.busy))
             return
         if all(s.busy for s in self.slots):
+            self.admission.set_idle_slots(0)
+            self.stats.requests_deferred = sum(len(g) for g in self._waiting)
             return  # nothing can start: skip matching every waiting prompt against every slot
-        still_waiting: deque[list[Task]] = deque()
-        while self._waiting:
-            group = self._waiting.popleft()
+        still_waiting: list[list[Task]] = []
+        # Lower priority values first; equal ones in arrival order (task ids grow).
+        for group in sorted(self._waiting, key=lambda g: (g[0].request.priority, g[0].id)):
             if len(group) == 1:
                 slot = self._choose_slot(group[0].request)
                 if slot is None:
@@ -274,8 +298,18 @@ class Scheduler:
             else:
                 for task in group[1:]:
                     task.sink([Failed("the prompt could not be started")])
+        kept = {id(g) for g in still_waiting}
+        left = [g for g in self._waiting if id(g) not in kept]
         self._waiting = still_waiting
         self.stats.requests_deferred = sum(len(g) for g in still_waiting)
+        self._left_queue(left)
+        self.admission.set_idle_slots(sum(1 for s in self.slots if not s.busy))
+
+    def _left_queue(self, groups: list[list[Task]]) -> None:
+        """These groups stopped waiting (started, failed or aborted): the queue limits count them out."""
+        for group in groups:
+            if group:
+                self.admission.leave(len(group), len(group[0].request.prompt_tokens))
 
     def _choose_slot(self, req: GenerationRequest) -> Slot | None:
         if req.id_slot >= 0:
@@ -329,6 +363,7 @@ class Scheduler:
             for tok in prompt:
                 slot.sampler.accept(tok)
         self.stats.prompt_tokens_cached_total += keep
+        self.stats.queue_seconds_total += slot.t_start - task.t_submit if task.t_submit else 0.0
         self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
         self._report_progress(slot, slot.t_start)  # the first report: only the cached part is done
         return True
@@ -394,16 +429,21 @@ class Scheduler:
                 planned.append(slot)
                 slot.next_token = None
                 budget -= 1
+        # A short prompt overtakes a long prefill (its first token comes sooner and the long one
+        # barely notices); priority first, and waiting earns credit so nothing starves.
+        now = time.perf_counter()
         prefilling = sorted(
             (
                 s
                 for s in self.slots
                 if s.state is SlotState.PREFILL and s.task is not None and s.task.request.lora == lora
             ),
-            key=lambda s: s.t_start,
+            key=lambda s: prefill_order(s.task.request.priority if s.task else 0, s.prompt_remaining, now - s.t_start),
         )
         if not self.cont_batching and plan:
             prefilling = []  # without continuous batching a new prompt waits for the generating slots
+        elif plan:
+            budget = self.prefill_budget.prompt_tokens(budget)  # --max-itl-ms
         for slot in prefilling:
             if budget <= 0:
                 break
@@ -508,6 +548,7 @@ class Scheduler:
             truncated=slot.truncated,
             prompt_logprobs=slot.prompt_logprobs,
         )
+        self.admission.served(now - slot.t_start)
         self._release(slot)
         return finished
 
@@ -536,6 +577,7 @@ class Scheduler:
             for task in group:
                 if task.id == task_id:
                     group.remove(task)
+                    self.admission.leave(1, len(task.request.prompt_tokens) if not group else 0)
                     if not group:
                         self._waiting.remove(group)
                     return
@@ -559,6 +601,8 @@ class Scheduler:
         for slot in self.slots:
             if slot.busy:
                 self._fail_slot(slot, message)
-        while self._waiting:
-            for task in self._waiting.popleft():
+        waiting, self._waiting = self._waiting, []
+        self._left_queue(waiting)
+        for group in waiting:
+            for task in group:
                 task.sink([Failed(message, kind="unavailable_error", status=503)])

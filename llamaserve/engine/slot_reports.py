@@ -16,6 +16,7 @@ def slot_timings(slot: Slot, now: float) -> Timings:
         prompt_ms=prompt_ms,
         predicted_n=len(slot.generated),
         predicted_ms=gen_ms,
+        queue_ms=(slot.t_start - slot.task.t_submit) * 1000.0 if slot.task and slot.task.t_submit else 0.0,
     )
 
 

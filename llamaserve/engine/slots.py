@@ -25,6 +25,7 @@ class Task:
     id: int
     request: GenerationRequest
     sink: EventSink
+    t_submit: float = 0.0  # perf_counter() when it was submitted: the queue time starts there
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:

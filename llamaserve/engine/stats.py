@@ -24,3 +24,5 @@ class SchedulerStats:
     cache_reuse_tokens: int = 0  # tokens kept by moving chunks (--cache-reuse)
     context_shifts: int = 0
     idle_slots_cleared: int = 0  # idle slots moved to the host-memory cache (--cache-idle-slots)
+    queue_seconds_total: float = 0.0  # time requests waited for a slot
+    requests_rejected: int = 0  # refused with 429 by --max-queue / --max-queue-tokens

@@ -46,6 +46,7 @@ class GenerationRequest:
     echo_text: str = ""  # prompt text the answer starts with (legacy completions' echo)
     timings_per_token: bool = False  # every TextDelta carries the timings so far
     return_progress: bool = False  # PromptProgress reports while the prompt is processed
+    priority: int = 0  # lower values are admitted and prefilled first (vLLM's convention)
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Timings:
     prompt_ms: float = 0.0
     predicted_n: int = 0
     predicted_ms: float = 0.0
+    queue_ms: float = 0.0  # waiting for a slot, before prompt_ms starts (ours; llama-server has none)
 
     @property
     def predicted_steps(self) -> int:
@@ -77,6 +79,7 @@ class Timings:
             "predicted_ms": self.predicted_ms,
             "predicted_per_token_ms": self.predicted_ms / steps if steps else 0.0,
             "predicted_per_second": 1e3 / self.predicted_ms * steps if self.predicted_ms > 0 else 0.0,
+            "queue_ms": self.queue_ms,
         }
 
 
@@ -136,6 +139,7 @@ class Failed:
     kind: str = "invalid_request_error"
     status: int = 400
     extra: dict[str, int] = field(default_factory=dict)
+    retry_after_s: int = 0  # > 0: refused for now (a queue limit); the client may retry after this long
 
 
 Event = TextDelta | Finished | Failed

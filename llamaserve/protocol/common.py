@@ -71,3 +71,5 @@ class SamplingFields(BaseModel):
     verbose: bool | None = None
     timings_per_token: bool | None = None
     return_progress: bool | None = None
+    # Ours (vLLM's convention): lower values are admitted and prefilled first; 0 by default.
+    priority: int | None = Field(None, ge=-(2**31), le=2**31 - 1)

@@ -68,6 +68,7 @@ def build_request(
         post_sampling_probs=bool(req.post_sampling_probs),
         timings_per_token=bool(req.timings_per_token),
         return_progress=bool(req.return_progress),
+        priority=req.priority or 0,
     )
 
 

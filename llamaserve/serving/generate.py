@@ -32,7 +32,8 @@ class Completion:
 
 
 def failure(event: Failed) -> APIError:
-    return APIError(event.message, event.kind, status=event.status, extra=dict(event.extra))
+    headers = {"Retry-After": str(event.retry_after_s)} if event.retry_after_s > 0 else None
+    return APIError(event.message, event.kind, status=event.status, extra=dict(event.extra), headers=headers)
 
 
 async def complete(engine: EngineClient, jobs: list[GenerationRequest]) -> list[Completion]:

@@ -67,6 +67,11 @@ class ServerState:
             return int(cache.bytes_used) if cache is not None else 0
         return self.asleep.prompt_cache_bytes if self.asleep is not None else 0
 
+    def queued_tokens(self) -> int:
+        """Prompt tokens of the requests waiting for a slot (none while asleep)."""
+        admission = getattr(self.runtime.scheduler, "admission", None) if self.runtime is not None else None
+        return int(admission.pending_tokens) if admission is not None else 0
+
     def scheduler_stats(self) -> SchedulerStats:
         """The live counters, those kept while asleep, or zeros while the model first loads."""
         if self.runtime is not None:
