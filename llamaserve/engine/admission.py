@@ -17,11 +17,6 @@ import math
 import threading
 from dataclasses import dataclass
 
-# A new request's prefill may overtake an older one that has more left to do, but a prefill
-# that has waited gains this much credit (in tokens) per second, so a long prompt is never
-# starved by a stream of short ones.
-PREFILL_AGING_TOKENS_PER_S = 2000.0
-
 
 @dataclass(frozen=True)
 class QueueLimits:
@@ -95,6 +90,11 @@ class AdmissionControl:
         return self._pending_tokens
 
 
-def prefill_order(priority: int, remaining: int, waited_s: float) -> tuple[int, float]:
-    """Sort key of a slot in prefill: priority first, then the least work left, aged."""
-    return priority, remaining - PREFILL_AGING_TOKENS_PER_S * waited_s
+def prefill_order(priority: int, remaining: int, credit: int) -> tuple[int, int]:
+    """Sort key of a slot in prefill: priority first, then the least work left.
+
+    A prompt that another one overtook earns, as credit, the tokens spent on the others
+    while it waited, and its key shrinks by them: a long prompt waits for at most its
+    own length in other prompts' work, so a stream of short prompts never starves it.
+    """
+    return priority, remaining - credit

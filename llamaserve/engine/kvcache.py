@@ -72,7 +72,14 @@ class PromptCache:
             hashes = block_hashes(entry.tokens, lora)
         for key in self._index.chains_within(hashes):
             old = self._entries[key]
-            if old.lora == lora and len(old.tokens) <= len(tokens) and tokens[: len(old.tokens)] == old.tokens:
+            # Its whole blocks hash like ours, so only the part after them is compared: a hash
+            # collision here could only drop an entry early, never serve the wrong KV.
+            whole = len(old.tokens) // BLOCK * BLOCK
+            if (
+                old.lora == lora
+                and len(old.tokens) <= len(tokens)
+                and tokens[whole : len(old.tokens)] == old.tokens[whole:]
+            ):
                 self._drop(key)  # the new entry holds everything the old one did
         key = self._next_key
         self._next_key += 1
@@ -83,9 +90,12 @@ class PromptCache:
             self._drop(next(iter(self._entries)))
         return True
 
-    def best(self, prompt: list[int], lora: tuple[float, ...] = ()) -> tuple[CachedPrompt | None, int]:
+    def best(
+        self, prompt: list[int], lora: tuple[float, ...] = (), hashes: list[int] | None = None
+    ) -> tuple[CachedPrompt | None, int]:
         """The entry sharing the longest prefix with prompt, and that length (marked recently used)."""
-        hashes = block_hashes(prompt, lora)
+        if hashes is None:
+            hashes = block_hashes(prompt, lora)
         n_blocks = self._index.longest_shared(hashes)
         # Entries sharing the most whole blocks hold the longest prefix; with none shared, any
         # entry may still share a part of the first block.

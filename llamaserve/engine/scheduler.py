@@ -227,6 +227,7 @@ class Scheduler:
             self.runner.seq_remove(f.id, 0, -1)
             self.runner.seq_copy(leader.id, f.id)
             f.cache_tokens = list(leader.cache_tokens)
+            f.cache_hashes = list(leader.cache_hashes)
             f.cache_lora = leader.cache_lora
             f.n_cached = leader.n_cached
             f.t_start = leader.t_start
@@ -431,14 +432,13 @@ class Scheduler:
                 budget -= 1
         # A short prompt overtakes a long prefill (its first token comes sooner and the long one
         # barely notices); priority first, and waiting earns credit so nothing starves.
-        now = time.perf_counter()
         prefilling = sorted(
             (
                 s
                 for s in self.slots
                 if s.state is SlotState.PREFILL and s.task is not None and s.task.request.lora == lora
             ),
-            key=lambda s: prefill_order(s.task.request.priority if s.task else 0, s.prompt_remaining, now - s.t_start),
+            key=lambda s: prefill_order(s.task.request.priority if s.task else 0, s.prompt_remaining, s.prefill_credit),
         )
         if not self.cont_batching and plan:
             prefilling = []  # without continuous batching a new prompt waits for the generating slots
@@ -459,7 +459,17 @@ class Scheduler:
             plan.append(PlanRow(slot.id, chunk, start, samplers, n_probs, targets, post))  # type: ignore[arg-type]
             planned.append(slot)
             budget -= len(chunk)
+        self._credit_waiting_prefills(prefilling, plan)
         return plan, planned
+
+    @staticmethod
+    def _credit_waiting_prefills(prefilling: list[Slot], plan: list[PlanRow]) -> None:
+        """A prompt left out of a step earns the tokens the step spent on other prompts."""
+        scheduled = {row.seq_id: len(row.tokens) for row in plan}
+        spent = sum(scheduled.get(s.id, 0) for s in prefilling)
+        for slot in prefilling:
+            if slot.id not in scheduled:
+                slot.prefill_credit += spent
 
     # ------------------------------------------------------------ results
     def _on_token(
@@ -593,6 +603,7 @@ class Scheduler:
         task = slot.task
         self.runner.seq_remove(slot.id, 0, -1)
         slot.cache_tokens.clear()
+        slot.cache_hashes.clear()
         self._release(slot)
         if task is not None:
             task.sink([Failed(message, kind="server_error", status=500)])

@@ -90,6 +90,7 @@ class SlotFiles:
         n = len(slot.cache_tokens)
         self.scheduler.runner.seq_remove(slot.id, 0, -1)
         slot.cache_tokens.clear()
+        slot.cache_hashes.clear()
         slot.cache_lora = ()
         return {"id_slot": slot.id, "n_erased": n}
 
@@ -97,6 +98,7 @@ class SlotFiles:
         runner = self.scheduler.runner
         runner.seq_remove(slot.id, 0, -1)
         slot.cache_tokens.clear()
+        slot.cache_hashes.clear()
         slot.kv_in_host_cache = False
         slot.cache_lora = ()  # files hold base-model KV: saving a slot under an adapter is on the caller
         n_read, tokens = runner.load_seq_file(path, slot.id)
@@ -104,6 +106,7 @@ class SlotFiles:
             runner.seq_remove(slot.id, 0, -1)  # a half-read state must not linger
             return 0, []
         slot.cache_tokens = tokens
+        slot.cache_hashes = []
         return n_read, tokens
 
     # ------------------------------------------------------------ --cache-persist

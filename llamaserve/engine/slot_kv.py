@@ -14,7 +14,7 @@ from llamaserve.engine.kvcache import CachePolicy, PromptCache, context_shift, p
 from llamaserve.engine.runner import Runner
 from llamaserve.engine.slots import Slot, common_prefix_length
 from llamaserve.engine.stats import SchedulerStats
-from llamaserve.engine.token_blocks import block_hashes
+from llamaserve.engine.token_blocks import BLOCK, block_hashes
 from llamaserve.engine.types import GenerationRequest
 
 log = logging.getLogger("llamaserve")
@@ -53,8 +53,10 @@ class SlotKV:
         if not same_lora:
             self._truncate(slot, 0)
             slot.cache_lora = req.lora
+        # The prompt's block hashes, kept for the slot: its KV will begin with this prompt.
+        prompt_hashes = block_hashes(prompt, req.lora) if self.prompt_cache is not None else []
         if reuse and self.prompt_cache is not None:
-            entry, n = self.prompt_cache.best(prompt, req.lora)
+            entry, n = self.prompt_cache.best(prompt, req.lora, prompt_hashes)
             if entry is not None and n > keep:
                 self._truncate(slot, 0)
                 if self.runner.set_seq_state(slot.id, entry.state):
@@ -71,6 +73,7 @@ class SlotKV:
             keep = self._move_chunks(slot, prompt, keep, min_chunk)
         keep = min(keep, len(prompt) - 1)  # the last prompt token is decoded again for its logits
         self._truncate(slot, keep)
+        slot.cache_hashes = prompt_hashes[: keep // BLOCK]  # the slot now holds prompt[:keep]
         return keep
 
     def park_idle(self, slots: list[Slot]) -> None:
@@ -97,6 +100,7 @@ class SlotKV:
         if keep < len(slot.cache_tokens):
             self.runner.seq_remove(slot.id, keep, -1)
             del slot.cache_tokens[keep:]
+            del slot.cache_hashes[keep // BLOCK :]
 
     def _park(self, slot: Slot) -> bool:
         """Copy the slot's KV to the host-memory cache before it is overwritten; True: copied."""
@@ -104,7 +108,7 @@ class SlotKV:
         tokens = slot.cache_tokens
         if not tokens:
             return False
-        hashes = block_hashes(tokens, slot.cache_lora)
+        hashes = block_hashes(tokens, slot.cache_lora, known=slot.cache_hashes)
         if self.prompt_cache.covers(tokens, slot.cache_lora, hashes):
             slot.kv_in_host_cache = True
             return False
@@ -137,5 +141,6 @@ class SlotKV:
         self.runner.seq_remove(slot.id, start, start + n_discard)
         self.runner.seq_shift(slot.id, start + n_discard, slot.n_past, -n_discard)
         del slot.cache_tokens[start : start + n_discard]
+        del slot.cache_hashes[start // BLOCK :]  # blocks from the cut on hold other tokens now
         slot.truncated = True
         self.stats.context_shifts += 1

@@ -67,6 +67,9 @@ class Slot:
         self.state = SlotState.IDLE
         self.cache_tokens: list[int] = []  # tokens whose KV this sequence holds, in order
         self.cache_lora: tuple[float, ...] = ()  # the LoRA scales that KV was computed with
+        # Block hashes (engine/token_blocks.py) of a leading part of cache_tokens, so parking
+        # the KV in the host-memory cache need not hash the whole sequence again.
+        self.cache_hashes: list[int] = []
         self.last_used = 0.0
         self.last_task_id = -1
         self.clear_task()
@@ -90,6 +93,8 @@ class Slot:
         self.reasoning: ReasoningBudget | None = None  # with a reasoning budget
         self.t_start = 0.0
         self.t_prompt_done = 0.0
+        # Prompt tokens other slots' prefills were given while this one waited (admission.py).
+        self.prefill_credit = 0
 
     @property
     def busy(self) -> bool:

@@ -18,15 +18,16 @@ from collections.abc import Iterable
 BLOCK = 256
 
 
-def block_hashes(tokens: list[int], seed: object = ()) -> list[int]:
+def block_hashes(tokens: list[int], seed: object = (), known: list[int] | None = None) -> list[int]:
     """The chain hash of every whole leading block of ``tokens``.
 
     ``seed`` starts the chain: sequences under different seeds (KV computed with other LoRA
-    scales, say) never share a hash.
+    scales, say) never share a hash. ``known``: the chain of a run of whole blocks these
+    tokens are known to begin with, under the same seed; hashing resumes after it.
     """
-    hashes: list[int] = []
-    h = hash(seed)
-    for start in range(0, len(tokens) - BLOCK + 1, BLOCK):
+    hashes = list(known[: len(tokens) // BLOCK]) if known else []
+    h = hashes[-1] if hashes else hash(seed)
+    for start in range(len(hashes) * BLOCK, len(tokens) - BLOCK + 1, BLOCK):
         h = hash((h, tuple(tokens[start : start + BLOCK])))
         hashes.append(h)
     return hashes

@@ -97,7 +97,7 @@ class PromptProgress:
         return {"total": self.total, "cache": self.cache, "processed": self.processed, "time_ms": self.time_ms}
 
 
-@dataclass
+@dataclass(slots=True)  # built once per token or row: slots make that cheaper
 class TextDelta:
     """New output text (never a broken UTF-8 sequence, never part of a stop string).
 

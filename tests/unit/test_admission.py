@@ -3,8 +3,6 @@ the bounded queue (--max-queue, --max-queue-tokens), queue time, and --max-itl-m
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from llamaserve.engine.admission import QueueFull, QueueLimits
@@ -75,7 +73,6 @@ def test_a_long_prefill_is_not_starved_by_short_ones() -> None:
         submit(s, [10 + i, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24], n_predict=1)
         s._drain_inbox(block=False)
         s._step()
-        time.sleep(0.002)
         if long_out.finished is not None:
             break
     run_until_idle(s)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import random
 
-from llamaserve.engine.kvcache import PromptCache
+from llamaserve.engine.kvcache import CachePolicy, PromptCache
+from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.slots import common_prefix_length
 from llamaserve.engine.textstream import TextStream
-from llamaserve.engine.token_blocks import BLOCK
+from llamaserve.engine.token_blocks import BLOCK, block_hashes
+
+from .fake_runner import FakeRunner
+from .test_scheduler import run_until_idle, submit
 
 
 def plain_prefix(a: list[int], b: list[int]) -> int:
@@ -87,3 +91,26 @@ def test_stop_strings_are_held_back_exactly_as_long_as_they_could_still_match() 
             assert emitted == source[: len(source) - held_back_plainly(source, stops)]
             assert emitted + stream.flush() == source
         assert stream.text == emitted if stream.stopped else stream.text == source
+
+
+def test_block_hashes_kept_for_slots_and_cache_entries_match_a_fresh_hash() -> None:
+    # Conversations come back longer and take turns on few slots, so KV is parked, restored,
+    # extended, truncated and shifted; every hash the scheduler kept must still be right.
+    runner = FakeRunner(n_seq_max=3, n_batch=64, n_ctx_seq=4 * BLOCK)
+    policy = CachePolicy(cache_ram_bytes=-1, cache_idle_slots=True, kv_unified=True, context_shift=True)
+    s = Scheduler(runner, 3, cache=policy)
+    rng = random.Random(5)
+    conversations = [[rng.randrange(1, 50) for _ in range(rng.randrange(1, 2 * BLOCK))] for _ in range(5)]
+    for _ in range(40):
+        convo = rng.choice(conversations)
+        convo += [rng.randrange(1, 50) for _ in range(rng.randrange(1, BLOCK))]
+        del convo[: max(0, len(convo) - 3 * BLOCK)]
+        submit(s, list(convo), n_predict=rng.randrange(1, 2 * BLOCK))
+        run_until_idle(s)
+        cache = s.kv.prompt_cache
+        assert cache is not None
+        for key, entry in cache._entries.items():
+            assert cache._index._hashes[key] == block_hashes(entry.tokens, entry.lora)
+        for slot in s.slots:
+            fresh = block_hashes(slot.cache_tokens, slot.cache_lora)
+            assert slot.cache_hashes == fresh[: len(slot.cache_hashes)]
