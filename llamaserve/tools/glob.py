@@ -1,6 +1,7 @@
 """llama-server's glob patterns for the file tools, as a regular expression.
 
-`*` and `?` stay within one path part, `**` crosses parts, `[...]` is a character class (`!` or
+`*` and `?` stay within one path part, `**` crosses parts (`**/` also matches no folder,
+where llama-server's matcher wants at least one), `[...]` is a character class (`!` or
 `^` negates it). A pattern without `/` matches the basename at any depth; one with `/` matches
 the whole relative path, anchored with `**/` unless it already starts with `**` or `/`.
 Compiled once per pattern: a regular expression cannot backtrack without bound here, unlike
@@ -18,6 +19,10 @@ def _translate(pattern: str) -> str:
     i = 0
     while i < len(pattern):
         c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")  # zero or more folders: "**/a" also matches a top-level "a"
+            i += 3
+            continue
         if pattern.startswith("**", i):
             out.append(".*")
             i += 2
