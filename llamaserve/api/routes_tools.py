@@ -21,16 +21,21 @@ from llamaserve.config import ServerConfig
 from llamaserve.errors import APIError
 from llamaserve.tools.base import ParamError
 from llamaserve.tools.fileio import RuntimeRefused
+from llamaserve.tools.mcp_client import McpManager
+from llamaserve.tools.mcp_config import load_servers
 from llamaserve.tools.registry import Toolbox, UnknownTool, builtin_selection, make_runtime
 
 
 def toolbox_from_config(config: ServerConfig) -> Toolbox | None:
     """The server's tools, or None when neither --tools nor MCP servers are on (then /tools is
-    a 403). RuntimeRefused for a --tools-runtime that cannot be used."""
+    a 403). McpConfigError for MCP definitions that cannot be read, RuntimeRefused for a
+    --tools-runtime that cannot be used. The MCP servers' tools join at `Toolbox.start`."""
     if not config.tools_enabled:
         return None
+    servers = load_servers(config.mcp_servers_config, config.mcp_servers_json)
     runtime = make_runtime(config.tools_runtime) if config.tools_runtime else None
-    return Toolbox(builtin_selection(config.tools), config.tools_root, runtime)
+    mcp = McpManager(servers) if servers else None
+    return Toolbox(builtin_selection(config.tools), config.tools_root, runtime, mcp)
 
 
 def disabled() -> Response:

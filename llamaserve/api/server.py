@@ -30,6 +30,7 @@ from llamaserve.api.threads import size_worker_threads
 from llamaserve.api.timeouts import TimeoutMiddleware, read_timeout_protocol
 from llamaserve.serving.state import ServerState
 from llamaserve.tools.fileio import RuntimeRefused
+from llamaserve.tools.mcp_config import McpConfigError
 
 log = logging.getLogger("llamaserve")
 
@@ -75,7 +76,7 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
         return 1
     try:
         toolbox = toolbox_from_config(config)
-    except RuntimeRefused as exc:
+    except (RuntimeRefused, McpConfigError) as exc:
         log.error("tools setup failed: %s", exc)
         close_listeners(listeners)
         return 1
@@ -147,6 +148,8 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
             await drain.drain(GRACEFUL_SHUTDOWN_S)
 
         size_worker_threads(config.threads_http)
+        if toolbox is not None:
+            await toolbox.start()  # before the first request: GET /tools lists the MCP tools at once
         watcher = asyncio.create_task(drain_on_shutdown())
         try:
             await server.serve(sockets=[listener.sock for listener in listeners])

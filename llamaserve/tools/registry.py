@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -9,7 +10,10 @@ from llamaserve.tools.base import JSON, Call, Tool, check_object
 from llamaserve.tools.builtin import builtin_tools
 from llamaserve.tools.container import SpawnedContainer
 from llamaserve.tools.fileio import PathRefused, make_io, parse_container_spec
+from llamaserve.tools.mcp_client import McpManager, McpTool
 from llamaserve.tools.proc import ChunkSink
+
+log = logging.getLogger("llamaserve.tools")
 
 
 class UnknownTool(Exception):
@@ -44,10 +48,37 @@ _HEADER_PARAMS = ("cwd", "runtime", "resp_type")
 
 
 class Toolbox:
-    def __init__(self, tools: list[Tool], root: str | None = None, runtime: Runtime | None = None) -> None:
+    def __init__(
+        self,
+        tools: list[Tool],
+        root: str | None = None,
+        runtime: Runtime | None = None,
+        mcp: McpManager | None = None,
+    ) -> None:
         self.tools = tools
         self.root = root
         self.runtime = runtime or Runtime()
+        self.mcp = mcp
+
+    async def start(self) -> None:
+        """List the MCP servers' tools (each server started and stopped once). A name that
+        is taken already (a built-in, another server's) is skipped."""
+        if self.mcp is None:
+            return
+        seen = {t.name for t in self.tools}
+        added = 0
+        for definition in await self.mcp.warmup():
+            tool = McpTool(definition, self.mcp)
+            if tool.name in seen:
+                log.warning(
+                    "MCP tool %s from server %s collides with an existing tool, skipping", tool.name, definition.server
+                )
+                continue
+            seen.add(tool.name)
+            self.tools.append(tool)
+            added += 1
+        if added:
+            log.info("added %d MCP tools", added)
 
     def listing(self) -> list[JSON]:
         return [t.to_json() for t in self.tools]
@@ -82,6 +113,8 @@ class Toolbox:
             return {"error": str(exc)}
 
     async def shutdown(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.close()
         self.runtime.close()
 
 
