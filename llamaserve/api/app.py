@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llamaserve.api.cors import CORSMiddleware, CorsPolicy
+from llamaserve.api.cors_proxy import cors_proxy_routes
 from llamaserve.api.http import JSONUTF8Response
 from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware, IdleMiddleware
 from llamaserve.api.prefix import PrefixMiddleware
@@ -89,6 +90,7 @@ def create_app(state: ServerState, toolbox: Toolbox | None = None) -> FastAPI:
         responses_routes(state),
         stream_routes(state),
         tools_routes(toolbox),
+        cors_proxy_routes(config.ui_mcp_proxy),
     ]
     for router in routers:
         app.include_router(router)
