@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import base64
 import os
-import re
+import time
 from typing import Any
+
+import regex
 
 from llamaserve.tools.base import JSON, Call, ParamError, Tool, function
 from llamaserve.tools.edit import EditError, apply_edits
@@ -22,6 +24,7 @@ READ_MAX = 16 * 1024
 READ_MAX_BASE64 = 32 * 1024 * 1024
 SEARCH_MAX_RESULTS = 100
 GREP_MAX_RESULTS = 100
+GREP_TIMEOUT = 10.0  # seconds of regular-expression matching per search
 EXEC_MAX_OUTPUT = 16 * 1024
 EXEC_MAX_TIMEOUT = 60
 GET_INFO_MAX_OUTPUT = 4096
@@ -223,11 +226,14 @@ class GrepSearch(Tool):
         show_num = bool(p.get("return_line_numbers", False))
         ctx = max(0, _int(p, "context_lines", 0))
         if p.get("literal", False):
-            source = re.escape(source)
+            source = regex.escape(source)
         try:
-            pattern = re.compile(source, re.IGNORECASE if p.get("ignore_case", False) else 0)
-        except re.error as exc:
+            pattern = regex.compile(source, regex.IGNORECASE if p.get("ignore_case", False) else 0)
+        except regex.error as exc:
             return {"error": f"invalid regex: {exc}"}
+        # A pattern such as (a+)+$ can take exponential time on one line: the whole search
+        # has a budget, which `regex` (unlike `re`) can enforce inside a match.
+        deadline = time.monotonic() + GREP_TIMEOUT
         io = call.io()
         full = io.resolve(path)
         files: list[tuple[str, str]] = []
@@ -260,7 +266,11 @@ class GrepSearch(Tool):
                 if total >= GREP_MAX_RESULTS:
                     limit_reached = True
                     break
-                if not pattern.search(line):
+                try:
+                    found = pattern.search(line, timeout=max(0.001, deadline - time.monotonic()))
+                except TimeoutError:
+                    return {"error": f"grep_search timed out after {GREP_TIMEOUT:g} s: simplify the pattern"}
+                if not found:
                     continue
                 lo, hi = (max(0, i - ctx), min(len(lines) - 1, i + ctx)) if ctx else (i, i)
                 for j in range(lo, hi + 1):

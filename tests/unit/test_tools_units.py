@@ -4,6 +4,7 @@ for an isolate (never a shell string of ours), and reading MCP definitions."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,15 @@ def test_mcp_definitions(tmp_path: Path) -> None:
     file.write_text(json.dumps({"mcpServers": {"a": {"command": "first"}}}))
     merged = load_servers(str(file), json.dumps({"mcpServers": {"a": {"command": "second"}, "b": {"command": "b"}}}))
     assert [(s.name, s.command) for s in merged] == [("a", "first"), ("b", "b")]
+
+
+def test_a_catastrophic_grep_pattern_stops_at_its_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamaserve.tools import builtin
+    from llamaserve.tools.base import Call
+
+    monkeypatch.setattr(builtin, "GREP_TIMEOUT", 0.3)
+    (tmp_path / "a.txt").write_text("a" * 40 + "b\n")
+    started = time.monotonic()
+    out = builtin.GrepSearch().invoke(Call({"path": str(tmp_path), "pattern": "(a|aa)+$"}), None)
+    assert "timed out" in out["error"]
+    assert time.monotonic() - started < 5
