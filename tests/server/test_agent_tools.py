@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.server.conftest import RunningServer, start_server, stop_server
 
@@ -313,3 +315,24 @@ def test_cors_grants_localhost_origins_only(tools_server: RunningServer) -> None
     assert local.headers["access-control-allow-origin"] == "http://localhost:8080"
     res = httpx.get(f"{tools_server.url}/tools", headers={"Origin": "http://evil.example", **AUTH})
     assert "access-control-allow-origin" not in res.headers
+
+
+_SAFE_TOOLS = ["read_file", "file_glob_search", "grep_search", "write_file", "edit_file", "get_info"]
+_KEYS = ["path", "content", "edits", "old_text", "new_text", "pattern", "include", "exclude", "type"]
+_KEYS += ["max_depth", "limit", "start_line", "end_line", "append_loc", "literal", "context_lines", "cwd", "x"]
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(_KEYS), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(
+    tool=st.sampled_from(_SAFE_TOOLS),
+    params=st.dictionaries(st.sampled_from(_KEYS), _json, max_size=5) | _json,
+)
+def test_fuzzed_params_never_get_a_5xx(tools_server: RunningServer, tool: str, params: Any) -> None:
+    # (exec_shell_command is left out: its fuzzed commands would run)
+    res = httpx.post(f"{tools_server.url}/tools", json={"tool": tool, "params": params}, headers=AUTH, timeout=30)
+    assert res.status_code in (200, 400), res.text
