@@ -19,7 +19,7 @@ from llamaserve.api.http import JSONUTF8Response, parse_json, read_body
 from llamaserve.api.sse import sse_response
 from llamaserve.config import ServerConfig
 from llamaserve.errors import APIError
-from llamaserve.tools.base import ParamError
+from llamaserve.tools.base import Call, ParamError, Tool
 from llamaserve.tools.fileio import RuntimeRefused
 from llamaserve.tools.mcp_client import McpManager
 from llamaserve.tools.mcp_config import load_servers
@@ -76,7 +76,7 @@ def tools_routes(toolbox: Toolbox | None) -> APIRouter:
             tool = toolbox.find(name, stream)
             call = toolbox.prepare(tool, params, request.headers)
             if stream:
-                return sse_response(_stream(toolbox, tool, call, request))
+                return sse_response(_stream(toolbox, tool, call))
             result = await toolbox.invoke(tool, call)
         except UnknownTool as exc:
             raise APIError(str(exc), status=404) from exc
@@ -89,7 +89,7 @@ def tools_routes(toolbox: Toolbox | None) -> APIRouter:
     return router
 
 
-async def _stream(toolbox: Toolbox, tool: Any, call: Any, request: Request) -> AsyncIterator[bytes]:
+async def _stream(toolbox: Toolbox, tool: Tool, call: Call) -> AsyncIterator[bytes]:
     """Each piece of output as `{"chunk"}` while the tool runs, then `{"done": true}` (with
     `error` when it failed). A client that goes away stops the command."""
     loop = asyncio.get_running_loop()
