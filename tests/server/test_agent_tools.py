@@ -336,3 +336,11 @@ def test_fuzzed_params_never_get_a_5xx(tools_server: RunningServer, tool: str, p
     # (exec_shell_command is left out: its fuzzed commands would run)
     res = httpx.post(f"{tools_server.url}/tools", json={"tool": tool, "params": params}, headers=AUTH, timeout=30)
     assert res.status_code in (200, 400), res.text
+
+
+def test_a_tools_runtime_that_cannot_be_used_stops_the_start(model_path: str, tmp_path: Path) -> None:
+    for spec, message in (("fake:x", "unknown tool runtime"), ("ssh:-oProxyCommand=id", "invalid ssh target")):
+        with pytest.raises(RuntimeError, match=rf"(?s)exited with 1:.*tools setup failed: {message}"):
+            start_server(
+                ["-m", model_path, "-c", "256", "--no-webui", "--tools", "all", "--tools-runtime", spec], tmp_path
+            )
