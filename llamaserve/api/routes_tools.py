@@ -23,6 +23,7 @@ from llamaserve.tools.base import Call, ParamError, Tool
 from llamaserve.tools.fileio import RuntimeRefused
 from llamaserve.tools.mcp_client import McpManager
 from llamaserve.tools.mcp_config import load_servers
+from llamaserve.tools.proc import StreamSink
 from llamaserve.tools.registry import Toolbox, UnknownTool, builtin_selection, make_runtime
 
 
@@ -94,11 +95,7 @@ async def _stream(toolbox: Toolbox, tool: Tool, call: Call) -> AsyncIterator[byt
     `error` when it failed). A client that goes away stops the command."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | None] = asyncio.Queue()
-    gone = False
-
-    def sink(chunk: str) -> bool:
-        loop.call_soon_threadsafe(queue.put_nowait, chunk)
-        return not gone
+    sink = StreamSink(lambda chunk: loop.call_soon_threadsafe(queue.put_nowait, chunk))
 
     async def work() -> None:
         try:
@@ -123,6 +120,5 @@ async def _stream(toolbox: Toolbox, tool: Tool, call: Call) -> AsyncIterator[byt
             error = f"{type(exc).__name__}: {exc}"
         yield _frame({"done": True, **({"error": error} if error else {})})
     finally:
-        # The command stops at its next output (the sink says so) or at its timeout.
-        gone = True
+        sink.closed = True  # a client that went away stops the command
         task.add_done_callback(lambda t: t.cancelled() or t.exception())

@@ -8,11 +8,26 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
 
 ChunkSink = Callable[[str], bool]  # gets each piece of output; False stops the child
+
+
+class StreamSink:
+    """A ChunkSink for a reader that can go away: once `closed`, the child is stopped (within
+    0.1 s, even if it prints nothing more)."""
+
+    def __init__(self, push: Callable[[str], object]) -> None:
+        self._push = push
+        self.closed = False
+
+    def __call__(self, chunk: str) -> bool:
+        if not self.closed:
+            self._push(chunk)
+        return not self.closed
 
 
 @dataclass
@@ -53,14 +68,22 @@ def run(
     except (OSError, ValueError):
         return ExecResult("failed to spawn process")
     timed_out = threading.Event()
+    finished = threading.Event()
 
-    def expire() -> None:
-        timed_out.set()
-        _kill_group(proc)
+    def watch() -> None:
+        # The deadline, and a reader that went away (a closed StreamSink) even while the
+        # command prints nothing: either ends the child's whole group.
+        deadline = time.monotonic() + timeout
+        while not finished.wait(0.1):
+            if time.monotonic() >= deadline:
+                timed_out.set()
+                _kill_group(proc)
+                return
+            if getattr(on_chunk, "closed", False):
+                _kill_group(proc)
+                return
 
-    timer = threading.Timer(timeout, expire)
-    timer.daemon = True
-    timer.start()
+    threading.Thread(target=watch, daemon=True).start()
     if stdin_data is not None and proc.stdin is not None:
         # A writer thread: a child that prints before it has read everything must not deadlock us.
         threading.Thread(target=_feed, args=(proc.stdin, stdin_data), daemon=True).start()
@@ -90,7 +113,7 @@ def run(
     finally:
         proc.stdout.close()
     code = proc.wait()
-    timer.cancel()
+    finished.set()
     tail = decoder.decode(b"", final=True)
     if on_chunk is not None and tail:
         on_chunk(tail)

@@ -327,7 +327,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=80, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(
     tool=st.sampled_from(_SAFE_TOOLS),
     params=st.dictionaries(st.sampled_from(_KEYS), _json, max_size=5) | _json,
@@ -344,3 +344,17 @@ def test_a_tools_runtime_that_cannot_be_used_stops_the_start(model_path: str, tm
             start_server(
                 ["-m", model_path, "-c", "256", "--no-webui", "--tools", "all", "--tools-runtime", spec], tmp_path
             )
+
+
+def test_a_streamed_command_stops_when_the_client_goes_away(tools_server: RunningServer) -> None:
+    body = {"tool": "exec_shell_command", "params": {"command": "echo $$; sleep 30", "timeout": 60}, "stream": True}
+    with httpx.stream("POST", f"{tools_server.url}/tools", json=body, headers=AUTH, timeout=30) as res:
+        for line in res.iter_lines():
+            if line.startswith("data: "):
+                pid = int(json.loads(line[6:])["chunk"].strip())
+                break
+    # the shell prints nothing more, yet it goes within moments of the disconnect
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}")
