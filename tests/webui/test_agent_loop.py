@@ -249,3 +249,24 @@ def test_a_denied_call_is_told_to_the_model_and_stop_ends_the_loop(
     expect(page.locator('[data-testid="app"][data-generating="false"]')).to_have_count(1)
     assert len(script.bodies) == 2  # no turn after the stop
     assert not (root / "denied.txt").exists()
+
+
+def test_tools_switched_off_in_settings_are_not_offered_or_run(
+    new_page: Callable[..., Page], tools_server: UIServer
+) -> None:
+    page = new_page(tools_server, goto=False)
+    script = Script(page, [tool_turn("s1", "exec_shell_command", {"command": "echo hi"}), text_turn("ok")])
+    page.goto("/")
+    page.wait_for_selector('[data-testid="app"][data-ready="true"][data-tools="7"]')
+    page.get_by_test_id("settings-button").click()
+    page.get_by_test_id("tool-toggle-exec_shell_command").uncheck()
+    page.get_by_test_id("settings-save").click()
+    ask(page, "run echo")
+    call = page.get_by_test_id("tool-call").first
+    expect(call).to_have_attribute("data-status", "error")
+    expect(call.get_by_test_id("tool-result-text")).to_have_text(
+        'Error: the user has switched the tool "exec_shell_command" off.'
+    )
+    expect(page.get_by_test_id("tool-allow")).to_have_count(0)
+    offered = {t["function"]["name"] for t in script.bodies[0]["tools"]}
+    assert "exec_shell_command" not in offered and "read_file" in offered and len(offered) == 6

@@ -50,6 +50,8 @@ const el = {
   keyDialog: $("api-key-dialog"),
   keyInput: $("api-key-input"),
   keyMessage: $("api-key-message"),
+  toolsFieldset: $("tools-fieldset"),
+  toolToggles: $("tool-toggles"),
 };
 
 const LS = {
@@ -57,7 +59,15 @@ const LS = {
   theme: "llamaserve.theme",
   model: "llamaserve.model",
   sidebar: "llamaserve.sidebarCollapsed",
+  disabledTools: "llamaserve.disabledTools",
 };
+
+/** The server's tools the user has not switched off in Settings. */
+function enabledTools() {
+  let off = [];
+  try { off = JSON.parse(lsGet(LS.disabledTools) || "[]"); } catch { /* none */ }
+  return state.tools.filter((t) => !off.includes(t.tool));
+}
 
 function lsGet(k) { try { return localStorage.getItem(k); } catch { return null; } }
 function lsSet(k, v) {
@@ -745,8 +755,9 @@ function buildBody(history, { toolChoiceNone = false } = {}) {
     }
   }
   const body = { messages, stream: true, ...settings.requestParams(s) };
-  if (state.tools.length) {
-    body.tools = state.tools.map((t) => t.definition);
+  const offered = enabledTools();
+  if (offered.length) {
+    body.tools = offered.map((t) => t.definition);
     if (toolChoiceNone) body.tool_choice = "none";
   }
   const model = state.model || state.models[0] || "";
@@ -825,7 +836,7 @@ async function generate(conv) {
     msg = await streamTurn(conv, controller, { toolChoiceNone });
     toolChoiceNone = false;
     const calls = (msg.toolCalls || []).filter(Boolean);
-    if (msg.stopped || msg.error || !calls.length || !state.tools.length) break;
+    if (msg.stopped || msg.error || !calls.length || !enabledTools().length) break;
     if (step >= MAX_TOOL_STEPS) {
       msg.error = `Stopped after ${MAX_TOOL_STEPS} tool-calling turns in a row.`;
       break;
@@ -869,9 +880,14 @@ async function runToolCalls(conv, msg, controller) {
     const call = calls[i];
     if (!call.id) call.id = `call_${store.newId()}`;
     const name = call.function?.name || "";
-    const tool = state.tools.find((t) => t.tool === name);
+    const tool = enabledTools().find((t) => t.tool === name);
     if (controller.signal.aborted) { call.result = { status: "stopped", text: "Stopped by the user." }; continue; }
-    if (!tool) { call.result = { status: "error", text: `Error: there is no tool named "${name}".` }; redraw(); continue; }
+    if (!tool) {
+      const off = state.tools.some((t) => t.tool === name);
+      call.result = { status: "error", text: off ? `Error: the user has switched the tool "${name}" off.` : `Error: there is no tool named "${name}".` };
+      redraw();
+      continue;
+    }
     if (agent.needsApproval(tool) && !conv.allowedTools.includes(name)) {
       call.result = { status: "pending", text: "" };
       redraw();
@@ -1154,10 +1170,30 @@ function openSettings() {
   settings.toForm(form, settings.current());
   form.elements.theme.value = savedTheme();
   form.elements.api_key.value = api.getApiKey();
+  renderToolToggles();
   el.settingsError.hidden = true;
   el.settingsDialog.returnValue = "";
   el.settingsDialog.showModal();
   form.elements.system_prompt.focus();
+}
+
+function renderToolToggles() {
+  el.toolsFieldset.hidden = state.tools.length === 0;
+  const on = new Set(enabledTools().map((t) => t.tool));
+  el.toolToggles.replaceChildren(...state.tools.map((t) => {
+    const label = document.createElement("label");
+    label.className = "tool-toggle";
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.value = t.tool;
+    box.checked = on.has(t.tool);
+    box.dataset.testid = `tool-toggle-${t.tool}`;
+    const name = document.createElement("span");
+    name.textContent = t.tool + (t.permissions?.write ? " (asks first)" : "");
+    name.title = t.definition?.function?.description || "";
+    label.append(box, name);
+    return label;
+  }));
 }
 
 function onSettingsSubmit(e) {
@@ -1177,6 +1213,8 @@ function onSettingsSubmit(e) {
   settings.save(r.values);
   setTheme(form.elements.theme.value);
   api.setApiKey(form.elements.api_key.value.trim());
+  const off = [...el.toolToggles.querySelectorAll("input[type=checkbox]")].filter((c) => !c.checked).map((c) => c.value);
+  lsSet(LS.disabledTools, off.length ? JSON.stringify(off) : "");
   toast("Settings saved");
 }
 
