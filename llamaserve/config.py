@@ -123,6 +123,18 @@ class CpuPlacement:
         return frozenset(chosen)
 
 
+# llama-server's built-in agent tools, in its order (llamaserve/tools/builtin.py implements them).
+BUILTIN_TOOL_NAMES = (
+    "read_file",
+    "file_glob_search",
+    "grep_search",
+    "exec_shell_command",
+    "write_file",
+    "edit_file",
+    "get_info",
+)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     model: str = ""  # empty until -hf/--model-url resolve it
@@ -233,6 +245,15 @@ class ServerConfig:
     log_prefix: bool = True  # llama-server turns it on at start; --no-log-prefix: bare messages
     log_prompts_dir: str | None = None
     docker_repo: str | None = None
+    # agent tools (experimental, as in llama-server): the built-in tools enabled ("all" or names),
+    # where they run, MCP servers, the browser's MCP proxy, and (ours) a folder the host tools
+    # may not leave (LLAMASERVE_TOOLS_ROOT; None: anywhere the server's user may go, as llama-server)
+    tools: tuple[str, ...] = ()
+    tools_runtime: str = ""
+    mcp_servers_config: str | None = None
+    mcp_servers_json: str | None = None
+    ui_mcp_proxy: bool = False
+    tools_root: str | None = None
     # The GPU-only flags given (-ngl, -ts, ...): on a CPU build the log says they have no effect.
     hardware_flags: tuple[str, ...] = ()
 
@@ -263,7 +284,17 @@ class ServerConfig:
     def model_alias(self) -> str:
         return self.alias[0] if self.alias else os.path.basename(self.model)
 
+    @property
+    def tools_enabled(self) -> bool:
+        """Built-in tools or MCP servers: GET/POST /tools answer (else 403, as llama-server)."""
+        return bool(self.tools or self.mcp_servers_config or self.mcp_servers_json)
+
     def validate(self) -> None:
+        for name in self.tools:
+            if name != "all" and name not in BUILTIN_TOOL_NAMES:
+                raise ConfigError(f'unknown tool "{name}". available tools: {", ".join(BUILTIN_TOOL_NAMES)}')
+        if self.tools_root is not None and not os.path.isdir(self.tools_root):
+            raise ConfigError(f"LLAMASERVE_TOOLS_ROOT: not a directory: {self.tools_root}")
         if self.cache_reuse < 0:
             raise ConfigError("--cache-reuse must be >= 0")
         if self.cache_ram_mib < -1:

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llamaserve.api.cors import CORSMiddleware, CorsPolicy
+from llamaserve.api.cors_proxy import cors_proxy_routes
 from llamaserve.api.http import JSONUTF8Response
 from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware, IdleMiddleware
 from llamaserve.api.prefix import PrefixMiddleware
@@ -22,11 +23,13 @@ from llamaserve.api.routes_openai import openai_routes
 from llamaserve.api.routes_ops import ops_routes
 from llamaserve.api.routes_responses import responses_routes
 from llamaserve.api.routes_stream import stream_routes
+from llamaserve.api.routes_tools import tools_routes
 from llamaserve.api.sse import ClientGone
 from llamaserve.api.vertex import add_predict_route
 from llamaserve.errors import APIError
 from llamaserve.serving.sleep import IdleSleeper
 from llamaserve.serving.state import ServerState
+from llamaserve.tools.registry import Toolbox
 
 log = logging.getLogger("llamaserve.http")
 
@@ -70,7 +73,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONUTF8Response(error.openai_body(), status_code=500)
 
 
-def create_app(state: ServerState) -> FastAPI:
+def create_app(state: ServerState, toolbox: Toolbox | None = None) -> FastAPI:
+    """`toolbox`: the agent tools (None: /tools answers 403)."""
     config = state.config
     app = FastAPI(title="llamaserve", version="0.1.0", docs_url=None, redoc_url=None)
     app.state.server = state
@@ -85,6 +89,8 @@ def create_app(state: ServerState) -> FastAPI:
         anthropic_routes(state),
         responses_routes(state),
         stream_routes(state),
+        tools_routes(toolbox),
+        cors_proxy_routes(config.ui_mcp_proxy),
     ]
     for router in routers:
         app.include_router(router)

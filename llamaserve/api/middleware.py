@@ -33,8 +33,9 @@ PUBLIC_PREFIXES = ("/css/", "/js/", "/vendor/", "/static/", "/assets/")
 # /v1/models and the web UI's files): they neither wake a sleeping model nor
 # restart the idle clock.
 IDLE_EXEMPT_PATHS = PUBLIC_PATHS | {"/props", "/models", "/v1/models", "/metrics"}
-# Not tasks whatever the method: the resumable-stream routes read buffered bytes only.
-IDLE_EXEMPT_ANY_METHOD = {"/v1/stream", "/v1/streams/lookup"}
+# Not tasks whatever the method: the resumable-stream routes read buffered bytes only, and the
+# agent tools and the MCP proxy never touch the model.
+IDLE_EXEMPT_ANY_METHOD = {"/v1/stream", "/v1/streams/lookup", "/tools", "/cors-proxy"}
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -24,10 +24,13 @@ import uvicorn
 from llamaserve.api.app import create_app
 from llamaserve.api.listen import BindError, close_listeners, open_listeners
 from llamaserve.api.logs import setup_logging
+from llamaserve.api.routes_tools import toolbox_from_config
 from llamaserve.api.shutdown import DrainMiddleware
 from llamaserve.api.threads import size_worker_threads
 from llamaserve.api.timeouts import TimeoutMiddleware, read_timeout_protocol
 from llamaserve.serving.state import ServerState
+from llamaserve.tools.fileio import RuntimeRefused
+from llamaserve.tools.mcp_config import McpConfigError
 
 log = logging.getLogger("llamaserve")
 
@@ -71,9 +74,17 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
     except BindError as exc:
         log.error("%s", exc)
         return 1
+    try:
+        toolbox = toolbox_from_config(config)
+    except (RuntimeRefused, McpConfigError) as exc:
+        log.error("tools setup failed: %s", exc)
+        close_listeners(listeners)
+        return 1
+    if toolbox is not None or config.ui_mcp_proxy:
+        log.warning("security: agent tools enabled - do not expose to untrusted environments")
     # Outermost: a stalled body read or response write is bounded before anything else sees it,
     # including the closing message a shutdown drain sends.
-    drain = DrainMiddleware(create_app(state))
+    drain = DrainMiddleware(create_app(state, toolbox))
     app = TimeoutMiddleware(drain, config.timeout)
     uv_config = uvicorn.Config(
         app,
@@ -130,11 +141,15 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
             # tasks then ends as soon as the drain has finished them.
             while not server.should_exit:
                 await asyncio.sleep(0.1)
+            if toolbox is not None:
+                await toolbox.shutdown()  # tool calls in flight end now, not after the grace period
             if drain.inflight:
                 log.info("shutting down: %d request(s) in flight get up to %d s", drain.inflight, GRACEFUL_SHUTDOWN_S)
             await drain.drain(GRACEFUL_SHUTDOWN_S)
 
         size_worker_threads(config.threads_http)
+        if toolbox is not None:
+            await toolbox.start()  # before the first request: GET /tools lists the MCP tools at once
         watcher = asyncio.create_task(drain_on_shutdown())
         try:
             await server.serve(sockets=[listener.sock for listener in listeners])

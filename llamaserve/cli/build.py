@@ -17,9 +17,7 @@ from llamaserve.engine.sampling import (
 )
 
 # Destinations that only mark a flag as given (features not built yet) and set no config field.
-_MARKERS = frozenset(
-    {"spec", "router", "tools", "mmproj", "rpc", "removed", "mmproj_auto", "mmproj_offload", "models_autoload"}
-)
+_MARKERS = frozenset({"spec", "router", "mmproj", "rpc", "removed", "mmproj_auto", "mmproj_offload", "models_autoload"})
 _PARTS = {f.name for f in fields(ServerConfig) if f.name in ("load", "tuning", "cpu", "cpu_batch")}
 
 
@@ -162,8 +160,41 @@ def _vertex_ai(environ: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def _agent(parsed: Parsed, values: dict[str, Any], environ: dict[str, str]) -> None:
+    """--tools, -ag/--agent and the CORS default they bring, as llama-server reads them.
+
+    `--agent` is `--tools all --ui-mcp-proxy` (`--no-agent` clears both); like llama-server the
+    flags apply in the order given, so the later of `--tools` and `--agent` wins. With built-in
+    tools, MCP servers or the proxy on, a page on another site could drive the machine through
+    the browser, so `--cors-origins` defaults to `localhost`; an explicit one wins."""
+    agent = values.pop("agent", None)
+    if agent is not None:
+        order = [g.opt.dest for g in parsed.given if g.opt.dest in ("tools", "agent", "ui_mcp_proxy")]
+        last_tools = max((i for i, d in enumerate(order) if d == "tools"), default=-1)
+        last_proxy = max((i for i, d in enumerate(order) if d == "ui_mcp_proxy"), default=-1)
+        at = max(i for i, d in enumerate(order) if d == "agent")
+        if at > last_tools:
+            values["tools"] = "all" if agent else ""
+        if at > last_proxy:
+            values["ui_mcp_proxy"] = bool(agent)
+    if "tools" in values:
+        values["tools"] = _csv(values["tools"])
+    if "tools_runtime" in values and values["tools_runtime"] in ("", "none"):
+        values.pop("tools_runtime")
+    for name in ("mcp_servers_config", "mcp_servers_json"):
+        if not values.get(name):
+            values.pop(name, None)
+    root = environ.get("LLAMASERVE_TOOLS_ROOT")
+    if root:
+        values["tools_root"] = root
+    on = values.get("tools") or values.get("mcp_servers_config") or values.get("mcp_servers_json")
+    if (on or values.get("ui_mcp_proxy")) and "cors_origins" not in values:
+        values["cors_origins"] = "localhost"
+
+
 def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
     values = {k: v for k, v in parsed.values.items() if k not in _MARKERS}
+    _agent(parsed, values, environ)
     escape = bool(values.get("escape", True))
     sampling = _sampling(values, escape)
     keys = _api_keys(values)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llamaserve.cli import values as v
-from llamaserve.cli.opt import MULTIMODAL, ROUTER, SERVER, SPECULATIVE, TOOLS, Opt, row
+from llamaserve.cli.opt import MULTIMODAL, ROUTER, SERVER, SPECULATIVE, Opt, row
 
 SERVER_OPTIONS: tuple[Opt, ...] = (
     row(
@@ -342,13 +342,12 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
     ),
     row(
         "--ui-mcp-proxy --webui-mcp-proxy",
-        "tools",
+        "ui_mcp_proxy",
         "pair",
         neg="--no-ui-mcp-proxy --no-webui-mcp-proxy",
         env="LLAMA_ARG_UI_MCP_PROXY",
         group=SERVER,
-        feature=TOOLS,
-        help="MCP CORS proxy for the web UI",
+        help="experimental: the MCP CORS proxy (/cors-proxy) for the web UI; do not enable in untrusted environments",
     ),
     row(
         "--tools",
@@ -356,47 +355,42 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
         metavar="TOOL1,TOOL2,...",
         env="LLAMA_ARG_TOOLS",
         group=SERVER,
-        feature=TOOLS,
-        inert=("",),
-        help="built-in agent tools to enable ('all' for every one)",
+        help="experimental: built-in agent tools to enable ('all' for every one): read_file, file_glob_search, "
+        "grep_search, exec_shell_command, write_file, edit_file, get_info; --cors-origins then defaults to localhost",
     ),
     row(
         "--tools-runtime",
-        "tools",
+        "tools_runtime",
         metavar="OPTION",
         env="LLAMA_ARG_TOOLS_RUNTIME",
         group=SERVER,
-        feature=TOOLS,
-        inert=("", "none"),
-        help="where tools run: docker:IMAGE, podman:IMAGE, docker-container:ID, ssh:TARGET, ...",
+        help="experimental: where tools run: docker:IMAGE, podman:IMAGE (a container spawned for the server), "
+        "docker-container:ID, podman-container:ID (an existing one), ssh:TARGET (a remote POSIX host)",
     ),
     row(
         "--mcp-servers-config",
-        "tools",
+        "mcp_servers_config",
         metavar="PATH",
         env="LLAMA_ARG_MCP_SERVERS_CONFIG",
         group=SERVER,
-        feature=TOOLS,
-        help="MCP server definitions (Cursor's JSON format)",
+        help="experimental: MCP server definitions (Cursor's JSON format); --cors-origins then defaults to localhost",
     ),
     row(
         "--mcp-servers-json",
-        "tools",
+        "mcp_servers_json",
         metavar="JSON",
         env="LLAMA_ARG_MCP_SERVERS_JSON",
         group=SERVER,
-        feature=TOOLS,
-        help="MCP server definitions inline",
+        help="experimental: MCP server definitions inline; --cors-origins then defaults to localhost",
     ),
     row(
         "-ag --agent",
-        "tools",
+        "agent",
         "pair",
         neg="-no-ag --no-agent",
         env="LLAMA_ARG_AGENT",
         group=SERVER,
-        feature=TOOLS,
-        help="all built-in tools and the MCP proxy",
+        help="all built-in tools and the MCP proxy; --cors-origins then defaults to localhost",
     ),
     row("--ui --webui", "webui", "pair", neg="--no-ui --no-webui", env="LLAMA_ARG_UI", group=SERVER, help="the web UI"),
     row(

@@ -193,7 +193,6 @@ def test_presets_set_the_repo_and_settings_and_flags_after_them_win() -> None:
         (["-md", "draft.gguf"], "speculative decoding"),
         (["--spec-type", "ngram-mod"], "speculative decoding"),
         (["--mmproj", "p.gguf"], "multimodal"),
-        (["--tools", "all"], "agent tools"),
         (["--rpc", "127.0.0.1:50052"], "RPC backend"),
         (["--fim-qwen-7b-spec"], "speculative decoding"),
     ],

@@ -30,12 +30,14 @@ ALLOWED: dict[str, set[str]] = {
     "sse": set(),
     "webui": set(),
     "engine": set(),
+    # tools/ (agent tools, MCP clients) is plain Python under the HTTP side.
+    "tools": set(),
     # llama/ implements the engine's seams, so it may see their plain types and protocols.
     "llama": {"engine.types", "engine.sampling", "engine.runner", "engine.backend"},
     "config": {"engine.sampling"},
     "hub": {"config"},
     "serving": {"engine", "chat", "protocol", "errors", "sse", "config", "jsondepth"},
-    "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth"},
+    "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools"},
     "cli": {"config", "engine.sampling", "hub", "compose"},
     # `llama <command>`: serve goes through cli, download through hub, version asks llama/ of its build.
     "unified_cli": {"cli", "hub", "llama.buildinfo"},
@@ -52,6 +54,7 @@ RESTRICTED: dict[str, set[str]] = {
     "fastapi": {"api"},
     "starlette": {"api", "webui"},
     "uvicorn": {"api"},
+    "mcp": {"tools"},  # the MCP SDK speaks to MCP servers from tools/mcp.py only
 }
 
 

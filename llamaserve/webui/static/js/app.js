@@ -3,6 +3,7 @@
 import * as api from "./api.js";
 import * as store from "./store.js";
 import * as settings from "./settings.js";
+import * as agent from "./agent.js";
 import { renderMarkdown, splitThink } from "./markdown.js";
 
 const $ = (id) => document.getElementById(id);
@@ -49,6 +50,8 @@ const el = {
   keyDialog: $("api-key-dialog"),
   keyInput: $("api-key-input"),
   keyMessage: $("api-key-message"),
+  toolsFieldset: $("tools-fieldset"),
+  toolToggles: $("tool-toggles"),
 };
 
 const LS = {
@@ -56,7 +59,15 @@ const LS = {
   theme: "llamaserve.theme",
   model: "llamaserve.model",
   sidebar: "llamaserve.sidebarCollapsed",
+  disabledTools: "llamaserve.disabledTools",
 };
+
+/** The server's tools the user has not switched off in Settings. */
+function enabledTools() {
+  let off = [];
+  try { off = JSON.parse(lsGet(LS.disabledTools) || "[]"); } catch { /* none */ }
+  return state.tools.filter((t) => !off.includes(t.tool));
+}
 
 function lsGet(k) { try { return localStorage.getItem(k); } catch { return null; } }
 function lsSet(k, v) {
@@ -73,7 +84,11 @@ const state = {
   nCtx: 0,
   stick: true,         // keep the view pinned to the newest text
   editing: null,       // id of the user message being edited
+  tools: [],           // the server's agent tools (GET /tools), offered to the model
 };
+
+const MAX_TOOL_STEPS = 12;     // model turns with tool calls in a row before the loop gives up
+const approvals = new Map();   // "<msg id>:<call index>" -> resolve(decision) while the user decides
 
 const views = new Map(); // message id -> view (DOM references and render cache)
 
@@ -499,7 +514,7 @@ function thinkingSeconds(msg) {
 function updateMessage(msg) {
   const v = views.get(msg.id);
   if (!v) return;
-  const streaming = !!(state.gen && state.gen.msg.id === msg.id);
+  const streaming = !!(state.gen && state.gen.msg?.id === msg.id);
   v.root.setAttribute("aria-busy", String(streaming));
   v.root.classList.toggle("streaming", streaming);
 
@@ -557,15 +572,19 @@ function updateMessage(msg) {
 
 function renderToolCalls(v, msg) {
   const calls = (msg.toolCalls || []).filter(Boolean);
-  const key = JSON.stringify(calls);
+  const key = JSON.stringify([calls, msg.repeated || false]);
   if (v.cache.tools === key) return;
   v.cache.tools = key;
   v.tools.hidden = calls.length === 0;
+  v.openResults = v.openResults || new Set();
   const frag = document.createDocumentFragment();
-  for (const call of calls) {
+  calls.forEach((call, i) => {
     const box = document.createElement("div");
     box.className = "tool-call";
     box.dataset.testid = "tool-call";
+    box.dataset.tool = call.function?.name || "";
+    const state_ = call.result?.status || (msg.repeated ? "repeated" : "");
+    if (state_) box.dataset.status = state_;
     const head = document.createElement("div");
     head.className = "tool-call-head";
     head.innerHTML = icon("tool");
@@ -576,6 +595,14 @@ function renderToolCalls(v, msg) {
     kind.className = "tool-call-kind";
     kind.textContent = "tool call";
     head.append(kind, name);
+    const status = document.createElement("span");
+    status.className = "tool-call-status";
+    status.dataset.testid = "tool-call-status";
+    status.textContent = {
+      pending: "waiting for your approval", running: "running…", done: "done", error: "failed",
+      denied: "denied", stopped: "stopped", repeated: "repeated an earlier call: asked for an answer instead",
+    }[state_] || "";
+    head.append(status);
     const pre = document.createElement("pre");
     pre.tabIndex = 0;
     const code = document.createElement("code");
@@ -584,9 +611,55 @@ function renderToolCalls(v, msg) {
     code.textContent = args;
     pre.append(code);
     box.append(head, pre);
+    if (call.result?.status === "pending") box.append(approvalBar(msg, i, call));
+    if (call.result && call.result.status !== "pending") {
+      const details = document.createElement("details");
+      details.className = "tool-result";
+      details.dataset.testid = "tool-result";
+      details.open = call.result.status === "running" || v.openResults.has(i);
+      details.addEventListener("toggle", () => {
+        if (details.open) v.openResults.add(i); else v.openResults.delete(i);
+      });
+      const summary = document.createElement("summary");
+      summary.textContent = call.result.status === "running" ? "Output (running)" : "Result";
+      const out = document.createElement("pre");
+      out.tabIndex = 0;
+      const outCode = document.createElement("code");
+      outCode.dataset.testid = "tool-result-text";
+      outCode.textContent = call.result.text || "";
+      out.append(outCode);
+      details.append(summary, out);
+      box.append(details);
+    }
     frag.append(box);
-  }
+  });
   v.tools.replaceChildren(frag);
+}
+
+function approvalBar(msg, index, call) {
+  const bar = document.createElement("div");
+  bar.className = "tool-approval";
+  bar.setAttribute("role", "group");
+  bar.setAttribute("aria-label", `Run ${call.function?.name || "this tool"}?`);
+  const text = document.createElement("span");
+  text.textContent = "This tool can change files or run commands. Run it?";
+  const decide = (decision) => approvals.get(`${msg.id}:${index}`)?.(decision);
+  const mk = (label, decision, testid, cls) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = cls;
+    b.textContent = label;
+    b.dataset.testid = testid;
+    b.addEventListener("click", () => decide(decision));
+    return b;
+  };
+  bar.append(
+    text,
+    mk("Allow", "once", "tool-allow", "btn btn-primary btn-small"),
+    mk("Allow for this chat", "chat", "tool-allow-chat", "btn btn-small"),
+    mk("Deny", "deny", "tool-deny", "btn btn-small"),
+  );
+  return bar;
 }
 
 function metaText(msg, streaming) {
@@ -661,20 +734,32 @@ function autosize() {
   el.input.style.height = `${Math.min(el.input.scrollHeight, Math.round(window.innerHeight * 0.4))}px`;
 }
 
-function buildBody(history) {
+function buildBody(history, { toolChoiceNone = false } = {}) {
   const s = settings.current();
   const messages = [];
   if (s.system_prompt && s.system_prompt.trim()) messages.push({ role: "system", content: s.system_prompt });
   for (const m of history) {
     if (m.role === "assistant") {
+      if (m.repeated) continue;  // a call it had made already: left out, the answer was asked for instead
       const text = splitThink(m.content || "").content;
-      if (!text && !(m.toolCalls && m.toolCalls.length)) continue;  // failed or stopped before any text
-      messages.push({ role: "assistant", content: text });
+      const calls = (m.toolCalls || []).filter((c) => c && c.result && c.result.status !== "pending");
+      if (!text && !calls.length) continue;  // failed or stopped before any text
+      const out = { role: "assistant", content: text };
+      if (calls.length) {
+        out.tool_calls = calls.map((c) => ({ id: c.id, type: "function", function: { name: c.function.name, arguments: c.function.arguments } }));
+      }
+      messages.push(out);
+      for (const c of calls) messages.push({ role: "tool", tool_call_id: c.id, content: c.result.text || "" });
     } else {
       messages.push({ role: "user", content: m.content });
     }
   }
   const body = { messages, stream: true, ...settings.requestParams(s) };
+  const offered = enabledTools();
+  if (offered.length) {
+    body.tools = offered.map((t) => t.definition);
+    if (toolChoiceNone) body.tool_choice = "none";
+  }
   const model = state.model || state.models[0] || "";
   if (model) body.model = model;
   return body;
@@ -736,13 +821,116 @@ async function sendMessage(text) {
   await generate(conv);
 }
 
+/**
+ * Answer the conversation's last message. With tools on, this is the agent loop: a turn that
+ * ends in tool calls runs them (asking first for a tool that writes or executes, unless
+ * allowed for this chat), then the next turn reads their results; Stop ends it all.
+ */
 async function generate(conv) {
+  const controller = new AbortController();
+  state.gen = { controller, conv, msg: null };
+  setGenerating(true);
+  let toolChoiceNone = false;
+  let msg = null;
+  for (let step = 0; ; step++) {
+    msg = await streamTurn(conv, controller, { toolChoiceNone });
+    toolChoiceNone = false;
+    const calls = (msg.toolCalls || []).filter(Boolean);
+    if (msg.stopped || msg.error || !calls.length || !enabledTools().length) break;
+    if (step >= MAX_TOOL_STEPS) {
+      msg.error = `Stopped after ${MAX_TOOL_STEPS} tool-calling turns in a row.`;
+      break;
+    }
+    if (repeatsEarlierCalls(conv, msg)) {
+      // A small model can ask again for what it was just given: the next turn may not call tools.
+      msg.repeated = true;
+      toolChoiceNone = true;
+      if (isCurrent(conv)) updateMessage(msg);
+      continue;
+    }
+    await runToolCalls(conv, msg, controller);
+    if (controller.signal.aborted) { msg.stopped = true; break; }
+  }
+  state.gen = null;
+  conv.updatedAt = Date.now();
+  setGenerating(false);
+  if (isCurrent(conv)) {
+    updateMessage(msg);
+    if (state.stick) scrollToBottom();
+  }
+  await persist(conv);
+  renderConvList();
+  announce(msg.error ? `Error: ${msg.error}` : msg.stopped ? "Stopped." : "Answer complete.");
+}
+
+/** Every call of `msg` was made, with the same arguments, since the user last wrote. */
+function repeatsEarlierCalls(conv, msg) {
+  const done = new Set();
+  for (let i = conv.messages.length - 2; i >= 0 && conv.messages[i].role !== "user"; i--) {
+    for (const c of conv.messages[i].toolCalls || []) if (c?.result && !conv.messages[i].repeated) done.add(agent.callKey(c));
+  }
+  return (msg.toolCalls || []).every((c) => c && done.has(agent.callKey(c)));
+}
+
+async function runToolCalls(conv, msg, controller) {
+  const redraw = () => { if (isCurrent(conv)) scheduleUpdate(msg); };
+  conv.allowedTools = conv.allowedTools || [];
+  const calls = msg.toolCalls.filter(Boolean);
+  for (let i = 0; i < calls.length; i++) {
+    const call = calls[i];
+    if (!call.id) call.id = `call_${store.newId()}`;
+    const name = call.function?.name || "";
+    const tool = enabledTools().find((t) => t.tool === name);
+    if (controller.signal.aborted) { call.result = { status: "stopped", text: "Stopped by the user." }; continue; }
+    if (!tool) {
+      const off = state.tools.some((t) => t.tool === name);
+      call.result = { status: "error", text: off ? `Error: the user has switched the tool "${name}" off.` : `Error: there is no tool named "${name}".` };
+      redraw();
+      continue;
+    }
+    if (agent.needsApproval(tool) && !conv.allowedTools.includes(name)) {
+      call.result = { status: "pending", text: "" };
+      redraw();
+      announce(`The model wants to run ${name}. Allow or deny it.`);
+      const decision = await askApproval(msg, i, controller.signal);
+      if (decision === "chat") { conv.allowedTools.push(name); }
+      if (decision === "deny") { call.result = { status: "denied", text: "The user denied this tool call." }; redraw(); continue; }
+      if (decision === "stop") { call.result = { status: "stopped", text: "Stopped by the user." }; redraw(); continue; }
+    }
+    call.result = { status: "running", text: "" };
+    redraw();
+    try {
+      const out = await agent.runTool(call, {
+        signal: controller.signal,
+        onChunk(text) { call.result.text = text; redraw(); },
+      });
+      call.result = { status: out.error ? "error" : "done", text: out.text };
+    } catch (err) {
+      if (controller.signal.aborted || err?.name === "AbortError") call.result = { status: "stopped", text: call.result.text + "\n[stopped by the user]" };
+      else call.result = { status: "error", text: `Error: ${err?.message || err}` };
+    }
+    redraw();
+    persist(conv);
+  }
+}
+
+function askApproval(msg, index, signal) {
+  const id = `${msg.id}:${index}`;
+  return new Promise((resolve) => {
+    const done = (decision) => { approvals.delete(id); signal.removeEventListener("abort", onAbort); resolve(decision); };
+    const onAbort = () => done("stop");
+    signal.addEventListener("abort", onAbort);
+    approvals.set(id, done);
+  });
+}
+
+/** One model turn: a new assistant message, streamed. */
+async function streamTurn(conv, controller, { toolChoiceNone = false } = {}) {
   const msg = { id: store.newId(), role: "assistant", content: "", createdAt: Date.now() };
   conv.messages.push(msg);
   conv.updatedAt = Date.now();
   sortConversations();
-  const controller = new AbortController();
-  state.gen = { controller, conv, msg };
+  state.gen.msg = msg;
   if (isCurrent(conv)) {
     el.empty.hidden = true;
     el.messages.hidden = false;
@@ -750,12 +938,12 @@ async function generate(conv) {
     updateMessage(msg);
     scrollToBottom(true);
   }
-  setGenerating(true);
+  refreshAllActions();
   renderConvList();
   announce("Generating an answer. Press Escape to stop.");
   persist(conv);
 
-  const body = buildBody(conv.messages.slice(0, -1));
+  const body = buildBody(conv.messages.slice(0, -1), { toolChoiceNone });
   const clock = {};
   let lastSave = Date.now();
   try {
@@ -773,16 +961,8 @@ async function generate(conv) {
   }
   if (clock.reasoningStart && msg.reasoningMs === undefined) msg.reasoningMs = Math.round(performance.now() - clock.reasoningStart);
   if (frame) { cancelAnimationFrame(frame); frame = 0; }
-  state.gen = null;
-  conv.updatedAt = Date.now();
-  setGenerating(false);
-  if (isCurrent(conv)) {
-    updateMessage(msg);
-    if (state.stick) scrollToBottom();
-  }
-  await persist(conv);
-  renderConvList();
-  announce(msg.error ? `Error: ${msg.error}` : msg.stopped ? "Stopped." : "Answer complete.");
+  if (isCurrent(conv)) updateMessage(msg);
+  return msg;
 }
 
 function stopGeneration() {
@@ -908,6 +1088,8 @@ async function loadServerInfo() {
   }
 
   renderModelInfo();
+  state.tools = await agent.loadTools();
+  el.app.dataset.tools = String(state.tools.length);
   if (problem && props.status === "rejected") {
     el.app.dataset.server = "error";
     const msg = problem instanceof api.ApiError ? problem.message : "The server could not be reached.";
@@ -988,10 +1170,30 @@ function openSettings() {
   settings.toForm(form, settings.current());
   form.elements.theme.value = savedTheme();
   form.elements.api_key.value = api.getApiKey();
+  renderToolToggles();
   el.settingsError.hidden = true;
   el.settingsDialog.returnValue = "";
   el.settingsDialog.showModal();
   form.elements.system_prompt.focus();
+}
+
+function renderToolToggles() {
+  el.toolsFieldset.hidden = state.tools.length === 0;
+  const on = new Set(enabledTools().map((t) => t.tool));
+  el.toolToggles.replaceChildren(...state.tools.map((t) => {
+    const label = document.createElement("label");
+    label.className = "tool-toggle";
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.value = t.tool;
+    box.checked = on.has(t.tool);
+    box.dataset.testid = `tool-toggle-${t.tool}`;
+    const name = document.createElement("span");
+    name.textContent = t.tool + (t.permissions?.write ? " (asks first)" : "");
+    name.title = t.definition?.function?.description || "";
+    label.append(box, name);
+    return label;
+  }));
 }
 
 function onSettingsSubmit(e) {
@@ -1011,6 +1213,8 @@ function onSettingsSubmit(e) {
   settings.save(r.values);
   setTheme(form.elements.theme.value);
   api.setApiKey(form.elements.api_key.value.trim());
+  const off = [...el.toolToggles.querySelectorAll("input[type=checkbox]")].filter((c) => !c.checked).map((c) => c.value);
+  lsSet(LS.disabledTools, off.length ? JSON.stringify(off) : "");
   toast("Settings saved");
 }
 

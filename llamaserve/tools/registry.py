@@ -1,0 +1,125 @@
+"""The tools a server offers (built-in and MCP), and how one POST /tools becomes a call."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from llamaserve.tools.base import JSON, Call, Tool, check_object
+from llamaserve.tools.builtin import builtin_tools
+from llamaserve.tools.container import SpawnedContainer
+from llamaserve.tools.fileio import PathRefused, make_io, parse_container_spec
+from llamaserve.tools.mcp_client import McpManager, McpTool
+from llamaserve.tools.proc import ChunkSink
+
+log = logging.getLogger("llamaserve.tools")
+
+
+class UnknownTool(Exception):
+    """No such tool, or one that cannot stream: a 404, as llama-server."""
+
+
+@dataclass
+class Runtime:
+    """--tools-runtime: a fixed target (validated at start) or a container the server owns."""
+
+    static: str = ""
+    owned: SpawnedContainer | None = None
+
+    def spec(self) -> str:
+        return self.owned.spec() if self.owned is not None else self.static
+
+    def close(self) -> None:
+        if self.owned is not None:
+            self.owned.close()
+
+
+def make_runtime(spec: str) -> Runtime:
+    parsed = parse_container_spec(spec)
+    if parsed is not None and not parsed[2]:
+        return Runtime(owned=SpawnedContainer(spec))
+    make_io("", spec, None)  # nothing to own: refuse a bad spec now rather than at each call
+    return Runtime(static=spec)
+
+
+# What the headers set; the model must not be able to set them through the params.
+_HEADER_PARAMS = ("cwd", "runtime", "resp_type")
+
+
+class Toolbox:
+    def __init__(
+        self,
+        tools: list[Tool],
+        root: str | None = None,
+        runtime: Runtime | None = None,
+        mcp: McpManager | None = None,
+    ) -> None:
+        self.tools = tools
+        self.root = root
+        self.runtime = runtime or Runtime()
+        self.mcp = mcp
+
+    async def start(self) -> None:
+        """List the MCP servers' tools (each server started and stopped once). A name that
+        is taken already (a built-in, another server's) is skipped."""
+        if self.mcp is None:
+            return
+        seen = {t.name for t in self.tools}
+        added = 0
+        for definition in await self.mcp.warmup():
+            tool = McpTool(definition, self.mcp)
+            if tool.name in seen:
+                log.warning(
+                    "MCP tool %s from server %s collides with an existing tool, skipping", tool.name, definition.server
+                )
+                continue
+            seen.add(tool.name)
+            self.tools.append(tool)
+            added += 1
+        if added:
+            log.info("added %d MCP tools", added)
+
+    def listing(self) -> list[JSON]:
+        return [t.to_json() for t in self.tools]
+
+    def find(self, name: str, stream: bool) -> Tool:
+        for tool in self.tools:
+            if tool.name == name:
+                if stream and not tool.support_stream:
+                    raise UnknownTool(f'tool "{name}" does not support stream = true')
+                return tool
+        raise UnknownTool(f'unknown tool "{name}"')
+
+    def prepare(self, tool: Tool, params: JSON, headers: Mapping[str, str]) -> Call:
+        """The call: header values over whatever the params said, the params checked against
+        the tool's schema (400 naming the field)."""
+        params = {k: v for k, v in params.items() if k not in _HEADER_PARAMS}
+        if tool.kind == "server":
+            check_object(tool.definition()["function"]["parameters"], params)
+        runtime = headers.get("x-tool-runtime", "") or self.runtime.spec()
+        return Call(
+            params,
+            cwd=headers.get("x-tool-cwd", ""),
+            runtime=runtime,
+            resp_type=headers.get("x-resp-type", ""),
+            root=self.root,
+        )
+
+    async def invoke(self, tool: Tool, call: Call, sink: ChunkSink | None = None) -> JSON:
+        try:
+            return await tool.call(call, sink)
+        except PathRefused as exc:
+            return {"error": str(exc)}
+
+    async def shutdown(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.close()
+        self.runtime.close()
+
+
+def builtin_selection(names: tuple[str, ...]) -> list[Tool]:
+    tools = builtin_tools()
+    if "all" in names:
+        return tools
+    return [t for t in tools if t.name in names]
