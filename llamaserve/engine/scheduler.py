@@ -408,7 +408,7 @@ class Scheduler:
             start = slot.n_past
             scoring = slot.task is not None and slot.task.request.prompt_logprobs
             # Keeping every row's logits costs a vocabulary-sized row each: smaller chunks.
-            chunk = slot.prompt[start : start + (min(budget, 64) if scoring else budget)]
+            chunk = _one_kind(slot.prompt[start : start + (min(budget, 64) if scoring else budget)])
             last_chunk = start + len(chunk) == len(slot.prompt)
             samplers = [slot.sampler, *(f.sampler for f in slot.followers)] if last_chunk else []
             n_probs = slot.task.request.n_probs if slot.task else -1
@@ -556,3 +556,15 @@ class Scheduler:
         while self._waiting:
             for task in self._waiting.popleft():
                 task.sink([Failed(message, kind="unavailable_error", status=503)])
+
+
+def _one_kind(chunk: list[int]) -> list[int]:
+    """The chunk up to where text turns into media or back (media placeholders are negative):
+    the runner decodes media rows in a batch of embeddings, text in a batch of tokens."""
+    if not chunk:
+        return chunk
+    media = chunk[0] < 0
+    for i, tok in enumerate(chunk):
+        if (tok < 0) != media:
+            return chunk[:i]
+    return chunk
