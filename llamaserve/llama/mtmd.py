@@ -102,6 +102,9 @@ class Projector:
 
     def tokenize(self, text: str, media: list[bytes], *, add_special: bool, parse_special: bool) -> list[Chunk]:
         """Split ``text`` at its markers into text chunks and one media chunk per marker."""
+        found = text.count(self.marker)
+        if found != len(media):
+            raise MediaError(f"the prompt has {found} media marker(s) for {len(media)} media item(s); they must match")
         bitmaps: list[int] = []
         chunks_p = None
         try:
@@ -117,11 +120,6 @@ class Projector:
             chunks_p = M.mtmd_input_chunks_init()
             with self._lock:
                 code = int(M.mtmd_tokenize(self.handle, chunks_p, ctypes.byref(inp), arr, len(bitmaps)))
-            if code == 1:
-                found = text.count(self.marker)
-                raise MediaError(
-                    f"the prompt has {found} media marker(s) for {len(media)} media item(s); they must match"
-                )
             if code != 0:
                 raise MediaError(f"the media could not be preprocessed (mtmd_tokenize returned {code})")
             return self._chunks(chunks_p)

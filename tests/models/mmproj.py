@@ -15,6 +15,8 @@ what the model "sees" in an image is arbitrary.
   convolutions over 128 mel bins, a one-layer encoder (no key bias), average
   pooling by 2 and a linear map. mtmd cuts audio into 30 s windows of 3000 mel
   frames; each window becomes 750 tokens.
+* :func:`omni_projector` writes both encoders into one file, with a projector type
+  per modality (``clip.vision.projector_type``, ``clip.audio.projector_type``).
 
 Tensor names, key names and shapes follow tools/mtmd/clip-impl.h and clip.cpp of
 the llama.cpp that llama-cpp-python 0.3.36 ships. Shapes below are numpy's
@@ -71,13 +73,9 @@ def _layer(w: gguf.GGUFWriter, rng: np.random.Generator, prefix: str, n_embd: in
     t("ffn_down.bias", n_embd)
 
 
-def vision_projector(path: Path, *, image_size: int = 128, patch_size: int = 8, scale: int = 2, seed: int = 1) -> Path:
-    """A gemma3-type vision projector; each image becomes (image_size/patch_size/scale)^2 tokens."""
+def _vision(w: gguf.GGUFWriter, rng: np.random.Generator, image_size: int, patch_size: int, scale: int) -> None:
     n_embd, n_ff, n_head = 64, 128, 4
-    rng = np.random.default_rng(seed)
-    w = _writer(path, "mechanics-test gemma3 vision projector")
     w.add_bool("clip.has_vision_encoder", True)
-    w.add_string("clip.projector_type", "gemma3")
     w.add_bool("clip.use_gelu", True)
     _encoder_keys(w, "vision", n_embd, n_ff, n_head)
     w.add_uint32("clip.vision.image_size", image_size)
@@ -96,18 +94,12 @@ def vision_projector(path: Path, *, image_size: int = 128, patch_size: int = 8, 
     w.add_tensor("mm.soft_emb_norm.weight", np.ones(n_embd, dtype=np.float32))
     # ggml ne [TEXT_EMBD, n_embd]: the graph transposes it before the product
     w.add_tensor("mm.input_projection.weight", (rng.standard_normal((n_embd, TEXT_EMBD)) * 0.05).astype(np.float32))
-    _finish(w)
-    return path
 
 
-def audio_projector(path: Path, *, seed: int = 2) -> Path:
-    """A qwen2a-type (Qwen2-Audio) projector: 750 tokens per 30 s window."""
+def _audio(w: gguf.GGUFWriter, rng: np.random.Generator) -> None:
     n_embd, n_ff, n_head, n_mel = 64, 128, 4, 128
     n_pos = 1500  # 3000 mel frames after the stride-2 convolution
-    rng = np.random.default_rng(seed)
-    w = _writer(path, "mechanics-test qwen2a audio projector")
     w.add_bool("clip.has_audio_encoder", True)
-    w.add_string("clip.projector_type", "qwen2a")
     _encoder_keys(w, "audio", n_embd, n_ff, n_head)
     w.add_uint32("clip.audio.num_mel_bins", n_mel)
 
@@ -125,6 +117,34 @@ def audio_projector(path: Path, *, seed: int = 2) -> Path:
     w.add_tensor("a.post_ln.bias", np.zeros(n_embd, dtype=np.float32))
     t("mm.a.fc.weight", TEXT_EMBD, n_embd)
     t("mm.a.fc.bias", TEXT_EMBD)
+
+
+def vision_projector(path: Path, *, image_size: int = 128, patch_size: int = 8, scale: int = 2, seed: int = 1) -> Path:
+    """A gemma3-type vision projector; each image becomes (image_size/patch_size/scale)^2 tokens."""
+    w = _writer(path, "mechanics-test gemma3 vision projector")
+    w.add_string("clip.projector_type", "gemma3")
+    _vision(w, np.random.default_rng(seed), image_size, patch_size, scale)
+    _finish(w)
+    return path
+
+
+def audio_projector(path: Path, *, seed: int = 2) -> Path:
+    """A qwen2a-type (Qwen2-Audio) projector: 750 tokens per 30 s window."""
+    w = _writer(path, "mechanics-test qwen2a audio projector")
+    w.add_string("clip.projector_type", "qwen2a")
+    _audio(w, np.random.default_rng(seed))
+    _finish(w)
+    return path
+
+
+def omni_projector(path: Path, *, seed: int = 3) -> Path:
+    """Both in one file, as mixed-modality projectors are written (a projector type per modality)."""
+    rng = np.random.default_rng(seed)
+    w = _writer(path, "mechanics-test gemma3 vision + qwen2a audio projector")
+    w.add_string("clip.vision.projector_type", "gemma3")
+    w.add_string("clip.audio.projector_type", "qwen2a")
+    _vision(w, rng, 128, 8, 2)
+    _audio(w, rng)
     _finish(w)
     return path
 
@@ -138,11 +158,12 @@ def _finish(w: gguf.GGUFWriter) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True, help="directory for mmproj-vision.gguf and mmproj-audio.gguf")
+    ap.add_argument("--out", type=Path, required=True, help="directory for mmproj-{vision,audio,omni}.gguf")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     print(vision_projector(args.out / "mmproj-vision.gguf"))
     print(audio_projector(args.out / "mmproj-audio.gguf"))
+    print(omni_projector(args.out / "mmproj-omni.gguf"))
 
 
 if __name__ == "__main__":

@@ -230,9 +230,7 @@ def test_tool_only_assistant_turn_has_null_content() -> None:
                 "messages": [
                     {
                         "role": "user",
-                        "content": [
-                            {"type": "image", "source": {"type": "file", "file_id": "f1"}}
-                        ],
+                        "content": [{"type": "image", "source": {"type": "file", "file_id": "f1"}}],
                     }
                 ]
             },
