@@ -125,3 +125,12 @@ def test_progress_bar_on_a_terminal_redraws_one_line() -> None:
     text = out.getvalue()
     assert text.startswith("\r") and text.count("\n") == 1 and text.count("\r") == 2
     assert "60.0%" in text and text.rstrip().endswith("\033[K") and "100.0%" in text
+
+
+def test_pick_mmproj_takes_the_projector_of_highest_precision() -> None:
+    from llamaserve.hub.select import pick_mmproj
+
+    files = ["model-Q4_K_M.gguf", "mmproj-model-Q8_0.gguf", "mmproj-model-f16.gguf", "README.md"]
+    assert pick_mmproj(files) == "mmproj-model-f16.gguf"
+    assert pick_mmproj(["mmproj-x-Q8_0.gguf"]) == "mmproj-x-Q8_0.gguf"
+    assert pick_mmproj(["model-Q4_K_M.gguf"]) is None
