@@ -42,21 +42,23 @@ def _writer(path: Path, name: str) -> gguf.GGUFWriter:
     return w
 
 
-def _encoder_keys(w: gguf.GGUFWriter, prefix: str, n_embd: int, n_ff: int, n_head: int) -> None:
+def _encoder_keys(w: gguf.GGUFWriter, prefix: str, n_embd: int, n_ff: int, n_head: int, n_layer: int = 1) -> None:
     w.add_uint32(f"clip.{prefix}.embedding_length", n_embd)
     w.add_uint32(f"clip.{prefix}.feed_forward_length", n_ff)
-    w.add_uint32(f"clip.{prefix}.block_count", 1)
+    w.add_uint32(f"clip.{prefix}.block_count", n_layer)
     w.add_uint32(f"clip.{prefix}.projection_dim", TEXT_EMBD)
     w.add_uint32(f"clip.{prefix}.attention.head_count", n_head)
     w.add_float32(f"clip.{prefix}.attention.layer_norm_epsilon", 1e-6)
 
 
-def _layer(w: gguf.GGUFWriter, rng: np.random.Generator, prefix: str, n_embd: int, n_ff: int, *, k_bias: bool) -> None:
+def _layer(
+    w: gguf.GGUFWriter, rng: np.random.Generator, prefix: str, n_embd: int, n_ff: int, *, k_bias: bool, il: int = 0
+) -> None:
     def t(name: str, *shape: int, scale: float = 0.05) -> None:
-        w.add_tensor(f"{prefix}.blk.0.{name}", (rng.standard_normal(shape) * scale).astype(np.float32))
+        w.add_tensor(f"{prefix}.blk.{il}.{name}", (rng.standard_normal(shape) * scale).astype(np.float32))
 
     def ones(name: str, n: int) -> None:
-        w.add_tensor(f"{prefix}.blk.0.{name}", np.ones(n, dtype=np.float32))
+        w.add_tensor(f"{prefix}.blk.{il}.{name}", np.ones(n, dtype=np.float32))
 
     for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
         t(f"{part}.weight", n_embd, n_embd)
@@ -73,11 +75,18 @@ def _layer(w: gguf.GGUFWriter, rng: np.random.Generator, prefix: str, n_embd: in
     t("ffn_down.bias", n_embd)
 
 
-def _vision(w: gguf.GGUFWriter, rng: np.random.Generator, image_size: int, patch_size: int, scale: int) -> None:
-    n_embd, n_ff, n_head = 64, 128, 4
+def _vision(
+    w: gguf.GGUFWriter,
+    rng: np.random.Generator,
+    image_size: int,
+    patch_size: int,
+    scale: int,
+    size: tuple[int, int, int, int] = (64, 128, 4, 1),
+) -> None:
+    n_embd, n_ff, n_head, n_layer = size
     w.add_bool("clip.has_vision_encoder", True)
     w.add_bool("clip.use_gelu", True)
-    _encoder_keys(w, "vision", n_embd, n_ff, n_head)
+    _encoder_keys(w, "vision", n_embd, n_ff, n_head, n_layer)
     w.add_uint32("clip.vision.image_size", image_size)
     w.add_uint32("clip.vision.patch_size", patch_size)
     w.add_uint32("clip.vision.projector.scale_factor", scale)
@@ -88,7 +97,8 @@ def _vision(w: gguf.GGUFWriter, rng: np.random.Generator, image_size: int, patch
     w.add_tensor("v.patch_embd.weight", kernel.astype(np.float32))
     w.add_tensor("v.patch_embd.bias", np.zeros(n_embd, dtype=np.float32))
     w.add_tensor("v.position_embd.weight", (rng.standard_normal((n_patches, n_embd)) * 0.05).astype(np.float32))
-    _layer(w, rng, "v", n_embd, n_ff, k_bias=True)
+    for il in range(n_layer):
+        _layer(w, rng, "v", n_embd, n_ff, k_bias=True, il=il)
     w.add_tensor("v.post_ln.weight", np.ones(n_embd, dtype=np.float32))
     w.add_tensor("v.post_ln.bias", np.zeros(n_embd, dtype=np.float32))
     w.add_tensor("mm.soft_emb_norm.weight", np.ones(n_embd, dtype=np.float32))
@@ -119,11 +129,23 @@ def _audio(w: gguf.GGUFWriter, rng: np.random.Generator) -> None:
     t("mm.a.fc.bias", TEXT_EMBD)
 
 
-def vision_projector(path: Path, *, image_size: int = 128, patch_size: int = 8, scale: int = 2, seed: int = 1) -> Path:
-    """A gemma3-type vision projector; each image becomes (image_size/patch_size/scale)^2 tokens."""
+def vision_projector(
+    path: Path,
+    *,
+    image_size: int = 128,
+    patch_size: int = 8,
+    scale: int = 2,
+    seed: int = 1,
+    size: tuple[int, int, int, int] = (64, 128, 4, 1),
+) -> Path:
+    """A gemma3-type vision projector; each image becomes (image_size/patch_size/scale)^2 tokens.
+
+    ``size`` is (n_embd, n_ff, n_head, n_layer) of the ViT: tiny for the tests; the benchmark
+    uses SigLIP-base's (768, 3072, 12, 12) so that encoding costs what a real small one does.
+    """
     w = _writer(path, "mechanics-test gemma3 vision projector")
     w.add_string("clip.projector_type", "gemma3")
-    _vision(w, np.random.default_rng(seed), image_size, patch_size, scale)
+    _vision(w, np.random.default_rng(seed), image_size, patch_size, scale, size)
     _finish(w)
     return path
 
