@@ -23,7 +23,6 @@ from llamaserve.errors import APIError
 from llamaserve.protocol.embedding import EmbeddingRequest
 from llamaserve.protocol.openai import ChatCompletionRequest, CompletionRequest
 from llamaserve.serving import chat, completion, embedding, generate, transcriptions
-from llamaserve.serving.messages import count_prompt_tokens
 from llamaserve.serving.state import ServerState
 
 
@@ -47,7 +46,8 @@ def openai_routes(state: ServerState) -> APIRouter:
         """The prompt a chat request would run, counted (llama-server's token-counting route)."""
         rt = runtime_of(state)
         req = await read_json(request, ChatCompletionRequest)
-        return JSONUTF8Response({"input_tokens": count_prompt_tokens(rt, req), "object": "response.input_tokens"})
+        n = await chat.count_tokens_with_media(rt, req)
+        return JSONUTF8Response({"input_tokens": n, "object": "response.input_tokens"})
 
     @router.post("/v1/completions")
     async def oai_completion(request: Request) -> Response:

@@ -97,6 +97,16 @@ def count_prompt_tokens(rt: ModelRuntime, req: ChatCompletionRequest) -> int:
     return len(chat_tokens(rt, request_prompt(rt, req)))
 
 
+async def count_tokens_with_media(rt: ModelRuntime, req: ChatCompletionRequest) -> int:
+    """count_prompt_tokens, with each image or audio counted as the tokens it becomes."""
+    refs = media.chat_media(req.messages)
+    if not refs:
+        return count_prompt_tokens(rt, req)
+    blobs = await media.load_all(rt, refs)
+    prompt = request_prompt(rt, req)
+    return len(await media.tokenize(rt, prompt, blobs, refs, add_special=_adds_bos(rt, prompt)))
+
+
 def _adds_bos(rt: ModelRuntime, prompt: str) -> bool:
     # Templates usually write the BOS token themselves; adding another would
     # change the prompt the model was trained on.

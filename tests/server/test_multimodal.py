@@ -114,6 +114,17 @@ def test_same_image_is_served_from_the_cache_and_a_different_one_is_not(mm: str)
     assert other["timings"]["cache_n"] <= n_prompt - IMAGE_TOKENS
 
 
+def test_input_tokens_counts_the_image_as_its_tokens(mm: str) -> None:
+    content = [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": data_uri(png(9, 9))}},
+    ]
+    messages = [{"role": "user", "content": content}]
+    counted = ok(HTTP.post(f"{mm}/v1/chat/completions/input_tokens", json={"messages": messages}))["input_tokens"]
+    run = ok(HTTP.post(f"{mm}/v1/chat/completions", json={"messages": messages, "max_tokens": 1}))
+    assert counted == run["usage"]["prompt_tokens"] and counted > IMAGE_TOKENS
+
+
 def test_generation_is_deterministic_at_temperature_0(mm: str) -> None:
     image = data_uri(png(50, 80, seed=3))
     texts = {ok(image_chat(mm, image, cache_prompt=False))["choices"][0]["message"]["content"] for _ in range(2)}
