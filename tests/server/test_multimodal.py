@@ -200,6 +200,16 @@ def test_anthropic_image_block(mm: str) -> None:
     assert r["usage"]["input_tokens"] + r["usage"].get("cache_read_input_tokens", 0) > IMAGE_TOKENS
 
 
+def test_responses_input_image(mm: str) -> None:
+    content = [
+        {"type": "input_text", "text": "Describe it."},
+        {"type": "input_image", "image_url": data_uri(png(20, 20))},
+    ]
+    body = {"input": [{"role": "user", "content": content}], "max_output_tokens": 4, "store": False}
+    r = ok(HTTP.post(f"{mm}/v1/responses", json=body))
+    assert r["usage"]["input_tokens"] > IMAGE_TOKENS
+
+
 def test_input_audio_and_transcriptions(mm: str) -> None:
     wav = wav_tone(1.0)
     audio_part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"}}
