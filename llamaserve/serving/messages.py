@@ -452,8 +452,8 @@ async def create_message(
     return message_body(rt.alias, body, tap.finished.get(0), req.stop_sequences)
 
 
-def count_tokens(rt: ModelRuntime, req: CountTokensRequest) -> dict[str, int]:
-    return {"input_tokens": count_prompt_tokens(rt, to_chat_request(req))}
+async def count_tokens(rt: ModelRuntime, req: CountTokensRequest) -> dict[str, int]:
+    return {"input_tokens": await chat.count_tokens_with_media(rt, to_chat_request(req))}
 
 
 # -------------------------------------------------------------- streaming

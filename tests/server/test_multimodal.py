@@ -197,7 +197,10 @@ def test_anthropic_image_block(mm: str) -> None:
     ]
     body = {"model": "x", "max_tokens": 4, "messages": [{"role": "user", "content": content}]}
     r = ok(HTTP.post(f"{mm}/v1/messages", json=body))
-    assert r["usage"]["input_tokens"] + r["usage"].get("cache_read_input_tokens", 0) > IMAGE_TOKENS
+    used = r["usage"]["input_tokens"] + r["usage"].get("cache_read_input_tokens", 0)
+    assert used > IMAGE_TOKENS
+    counted = ok(HTTP.post(f"{mm}/v1/messages/count_tokens", json={k: body[k] for k in ("model", "messages")}))
+    assert counted["input_tokens"] == used
 
 
 def test_responses_input_image(mm: str) -> None:
