@@ -155,7 +155,10 @@ class Scheduler:
         now = time.perf_counter()
         outbox: dict[int, tuple[EventSink, list[Event]]] = {}
         prompt_lps = result.prompt_logprobs or [[] for _ in plan]
-        for row, slot, samples, scored in zip(plan, planned, result.samples, prompt_lps):
+        for i, (row, slot, samples, scored) in enumerate(zip(plan, planned, result.samples, prompt_lps)):
+            if i in result.failed_rows:
+                self._fail_slot(slot, result.failed_rows[i])
+                continue
             slot.cache_tokens.extend(row.tokens)
             slot.prompt_logprobs += scored
             if slot.state is SlotState.PREFILL:

@@ -43,7 +43,7 @@ class LlamaRunner:
     def new_sampler(self, params: SamplingParams) -> SamplerChain:
         return SamplerChain(self.model, params)
 
-    def _decode_media(self, plan: list[PlanRow]) -> tuple[list[PlanRow], str | None, int]:
+    def _decode_media(self, plan: list[PlanRow]) -> tuple[list[PlanRow], str | None, int, dict[int, str]]:
         """Decode the plan's media rows; returns the text rows that are left.
 
         The scheduler plans a slot's chunk as all text or all media, so within one
@@ -53,29 +53,33 @@ class LlamaRunner:
         (projectors close each with text).
         """
         if self.media is None or all(row.tokens[0] >= 0 for row in plan if row.tokens):
-            return plan, None, 0
+            return plan, None, 0, {}
         rows: list[tuple[np.ndarray, int, int]] = []
         non_causal = False
         text: list[PlanRow] = []
-        for row in plan:
+        failed: dict[int, str] = {}
+        for index, row in enumerate(plan):
             if not row.tokens or row.tokens[0] >= 0:
                 text.append(row)
                 continue
             if row.samplers or row.targets is not None:
-                return plan, "a prompt cannot end with media, nor ask for prompt log-probabilities with media", 0
-            for i, tok in enumerate(row.tokens):
-                found = self.media.row(tok) if tok < 0 else None
-                if found is None:
-                    return plan, "an image or audio of this prompt is no longer in the media store; send it again", 0
-                rows.append((found[0], row.start_pos + i, row.seq_id))
-                non_causal = non_causal or found[1]
-        code = self.context.decode_embd(rows, non_causal=non_causal)
-        if code != 0:
-            return plan, f"llama_decode failed with code {code} (media)", code
-        return text, None, 0
+                failed[index] = "a prompt cannot end with media, nor ask for prompt log-probabilities with media"
+                continue
+            found = [self.media.row(tok) if tok < 0 else None for tok in row.tokens]
+            if any(f is None for f in found):
+                failed[index] = "an image or audio of this prompt is no longer in the media store; send it again"
+                continue
+            for i, (vec, nc) in enumerate(f for f in found if f is not None):
+                rows.append((vec, row.start_pos + i, row.seq_id))
+                non_causal = non_causal or nc
+        if rows:
+            code = self.context.decode_embd(rows, non_causal=non_causal)
+            if code != 0:
+                return plan, f"llama_decode failed with code {code} (media)", code, {}
+        return text, None, 0, failed
 
     def step(self, plan: list[PlanRow]) -> StepResult:
-        text, media_error, media_code = self._decode_media(plan)
+        text, media_error, media_code, failed = self._decode_media(plan)
         if media_error is not None:
             return StepResult([[] for _ in plan], error=media_error, no_space=media_code == 1)
         if len(text) == len(plan):
@@ -86,7 +90,9 @@ class LlamaRunner:
         samples = [by_row.get(id(row), []) for row in plan]
         lps = dict(zip(map(id, text), result.prompt_logprobs))
         prompt_lps = [lps.get(id(row), []) for row in plan] if result.prompt_logprobs else []
-        return StepResult(samples, error=result.error, no_space=result.no_space, prompt_logprobs=prompt_lps)
+        return StepResult(
+            samples, error=result.error, no_space=result.no_space, prompt_logprobs=prompt_lps, failed_rows=failed
+        )
 
     def _step_text(self, plan: list[PlanRow]) -> StepResult:
         if not plan:

@@ -380,3 +380,20 @@ def test_prefill_chunks_never_mix_text_and_media_placeholders() -> None:
     _, diff = submit(s, other, n_predict=1, id_slot=again.finished.id_slot)
     run_until_idle(s)
     assert diff.finished is not None and diff.finished.n_cached == 3
+
+
+def test_a_row_the_runner_cannot_decode_fails_only_its_slot() -> None:
+    """A media row whose embeddings left the store fails its request; the other slots go on."""
+    from llamaserve.engine.backend import media_token
+
+    s, runner = make(n_slots=2, n_batch=32)
+    runner.scripts = {(1,): [5] * 30 + [EOG]}
+    _, text = submit(s, [1], n_predict=20)
+    s._drain_inbox(block=False)
+    s._step()
+    gone = media_token(9, 0)
+    runner.missing_token = gone
+    _, image = submit(s, [2, gone, media_token(9, 1), 3], n_predict=2)
+    run_until_idle(s)
+    assert image.failed is not None and "media gone" in image.failed.message
+    assert text.finished is not None and text.finished.n_predicted == 20
