@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -39,8 +40,10 @@ from llamaserve.llama.embed import Embedder
 from llamaserve.llama.load_params import LoadSettingsError, ModelLoadSettings
 from llamaserve.llama.logs import route_llama_logs
 from llamaserve.llama.lora import LoraError, load_adapters
+from llamaserve.llama.media import MediaPrompter, MediaStore
 from llamaserve.llama.memory import malloc_trim
 from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, gpu_offload_supported, init_numa
+from llamaserve.llama.mtmd import Projector, ProjectorLoadError, ProjectorSettings
 from llamaserve.llama.progress import set_load_progress
 from llamaserve.llama.runner import LlamaRunner
 from llamaserve.llama.threads import PoolSpec, ThreadPools, set_process_priority
@@ -82,7 +85,41 @@ def _builtin_name(config: ServerConfig) -> str | None:
     return name if name in builtin_template_names() else None
 
 
-def _chat_template(config: ServerConfig, model: Model) -> tuple[PromptTemplate, str]:
+def media_marker() -> str:
+    """The text that stands for one media item in prompts: random per process, as llama-server
+    makes it (so user text cannot forge one), unless LLAMA_MEDIA_MARKER pins it."""
+    return os.environ.get("LLAMA_MEDIA_MARKER") or f"<__media_{secrets.token_hex(8)}__>"
+
+
+def _media(config: ServerConfig, model: Model, undo: ExitStack) -> MediaPrompter | None:
+    """The multimodal projector (-mm), loaded beside the text model."""
+    if not config.mmproj:
+        return None
+    if config.embedding or config.reranking:
+        log.warning("--mmproj is ignored with --embeddings/--rerank")
+        return None
+    settings = ProjectorSettings(
+        use_gpu=config.mmproj_offload,
+        n_threads=config.effective_threads,
+        flash_attn=config.flash_attn,
+        image_min_tokens=config.image_min_tokens,
+        image_max_tokens=config.image_max_tokens,
+        warmup=config.tuning.warmup,
+        marker=media_marker(),
+    )
+    try:
+        projector = Projector(config.mmproj, model, settings)
+    except ProjectorLoadError as exc:
+        raise ConfigError(str(exc)) from exc
+    undo.callback(projector.close)
+    if projector.mrope:
+        raise ConfigError(f"{config.mmproj}: projectors with M-RoPE positions (Qwen2-VL family) are not supported")
+    kinds = [k for k, on in (("vision", projector.vision), ("audio", projector.audio)) if on]
+    log.info("multimodal projector loaded: %s (%s)", config.mmproj, ", ".join(kinds))
+    return MediaPrompter(projector, MediaStore())
+
+
+def _chat_template(config: ServerConfig, model: Model, marker: str | None = None) -> tuple[PromptTemplate, str]:
     """The runtime's template and what /props shows for it (a built-in's name, as llama-server)."""
     name = _builtin_name(config)
     if name is not None:
@@ -91,7 +128,7 @@ def _chat_template(config: ServerConfig, model: Model) -> tuple[PromptTemplate, 
     bos = model.token_text(model.bos) if model.bos >= 0 else ""
     eos = model.token_text(model.eos) if model.eos >= 0 else ""
     try:
-        return ChatTemplate(source, bos_token=bos, eos_token=eos), source
+        return ChatTemplate(source, bos_token=bos, eos_token=eos, media_marker=marker), source
     except TemplateError as exc:
         raise ConfigError(f"the chat template does not compile: {exc}") from exc
 
@@ -365,7 +402,8 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         raise ConfigError(str(exc)) from exc
     for adapter in adapters:
         undo.callback(adapter.close)
-    runner = LlamaRunner(model, context, adapters, special=config.special)
+    media = _media(config, model, undo)
+    runner = LlamaRunner(model, context, adapters, special=config.special, media=media.store if media else None)
     _announce_slot_cap(config, context.n_ctx_seq)
     scheduler = Scheduler(
         runner,
@@ -398,7 +436,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         )
         if config.cache_persist:
             slot_files.load_all()  # before the scheduler thread starts: nothing else touches the KV yet
-    template, source = _chat_template(config, model)
+    template, source = _chat_template(config, model, media.marker if media else None)
     _announce_preserve(config, template)
     kwargs: dict[str, Any] = {}
     if config.chat_template_kwargs:
@@ -429,6 +467,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         ui_settings=ui_settings,
         embedder=Embedder(context) if settings.embeddings else None,
         slot_files=slot_files,
+        media=media,
         lora=lora_from_config(config.lora, config.lora_init_without_apply),
         release=release,
         build_info=BUILD_INFO,

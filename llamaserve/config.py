@@ -244,6 +244,17 @@ class ServerConfig:
     log_jsonl: bool = False
     log_prefix: bool = True  # llama-server turns it on at start; --no-log-prefix: bare messages
     log_prompts_dir: str | None = None
+    # Multimodal input (mtmd): the projector, and where media may come from.
+    mmproj: str | None = None  # -mm
+    mmproj_url: str | None = None  # -mmu
+    mmproj_auto: bool = True  # -hf takes the repo's mmproj file unless --no-mmproj
+    mmproj_offload: bool = True
+    image_min_tokens: int = -1  # -1: the projector's own
+    image_max_tokens: int = -1
+    media_path: str | None = None  # file:// media are read only under this folder
+    # http(s) media URLs are fetched only when LLAMASERVE_REMOTE_MEDIA=1 (llama-server
+    # fetches any URL it is sent; a server should not be a proxy for whoever can reach it).
+    remote_media: bool = False
     docker_repo: str | None = None
     # agent tools (experimental, as in llama-server): the built-in tools enabled ("all" or names),
     # where they run, MCP servers, the browser's MCP proxy, and (ours) a folder the host tools
@@ -299,6 +310,10 @@ class ServerConfig:
             raise ConfigError("--cache-reuse must be >= 0")
         if self.cache_ram_mib < -1:
             raise ConfigError("--cache-ram must be -1 (no limit), 0 (off) or a size in MiB")
+        if self.media_path is not None and not os.path.isdir(self.media_path):
+            raise ConfigError(f"--media-path: not a directory: {self.media_path}")
+        if self.mmproj and not self.mmproj_url and not os.path.isfile(self.mmproj):
+            raise ConfigError(f"--mmproj: file not found: {self.mmproj}")
         if self.cache_persist and not self.slot_save_path:
             raise ConfigError("--cache-persist needs --slot-save-path")
         if self.slot_save_path and not os.path.isdir(self.slot_save_path):

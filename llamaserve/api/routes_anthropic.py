@@ -77,6 +77,6 @@ def anthropic_routes(state: ServerState) -> APIRouter:
     async def count_tokens(request: Request) -> Response:
         rt = runtime_of(state)
         req = await read_json(request, CountTokensRequest)
-        return JSONUTF8Response(msgs.count_tokens(rt, req))
+        return JSONUTF8Response(await msgs.count_tokens(rt, req))
 
     return router

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
 
-from llamaserve.api.http import JSONUTF8Response, note_tokens, read_json, runtime_of, stream_events, with_usage
+from llamaserve.api.http import (
+    JSONUTF8Response,
+    note_tokens,
+    read_body,
+    read_json,
+    runtime_of,
+    stream_events,
+    with_usage,
+)
 from llamaserve.api.sse import until_disconnect
 from llamaserve.errors import APIError
 from llamaserve.protocol.embedding import EmbeddingRequest
 from llamaserve.protocol.openai import ChatCompletionRequest, CompletionRequest
-from llamaserve.serving import chat, completion, embedding, generate
-from llamaserve.serving.messages import count_prompt_tokens
+from llamaserve.serving import chat, completion, embedding, generate, transcriptions
 from llamaserve.serving.state import ServerState
 
 
@@ -35,7 +46,8 @@ def openai_routes(state: ServerState) -> APIRouter:
         """The prompt a chat request would run, counted (llama-server's token-counting route)."""
         rt = runtime_of(state)
         req = await read_json(request, ChatCompletionRequest)
-        return JSONUTF8Response({"input_tokens": count_prompt_tokens(rt, req), "object": "response.input_tokens"})
+        n = await chat.count_tokens_with_media(rt, req)
+        return JSONUTF8Response({"input_tokens": n, "object": "response.input_tokens"})
 
     @router.post("/v1/completions")
     async def oai_completion(request: Request) -> Response:
@@ -58,4 +70,41 @@ def openai_routes(state: ServerState) -> APIRouter:
         note_tokens(request, body["usage"]["prompt_tokens"], 0, 0)
         return JSONUTF8Response(body)
 
+    @router.post("/v1/audio/transcriptions")
+    @router.post("/audio/transcriptions")
+    async def audio_transcriptions(request: Request) -> Response:
+        rt = runtime_of(state)
+        fields, audio = await _read_form(request)
+        req, stream = transcriptions.transcription_request(rt, fields, audio)
+        jobs = await chat.chat_request(rt, req)
+        if stream:
+            events = generate.stream(rt.engine, jobs)
+            return await stream_events(request, events, lambda ev: transcriptions.transcribe_stream(rt, jobs, ev))
+        return JSONUTF8Response(await until_disconnect(request, transcriptions.transcribe(rt, jobs)))
+
     return router
+
+
+async def _read_form(request: Request) -> tuple[dict[str, str], bytes | None]:
+    """A multipart form read within --body-limit: its text fields and the ``file`` part's bytes."""
+    raw = await read_body(request)
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        yield raw
+
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise APIError("expected a multipart/form-data body with a 'file' part")
+    try:
+        form = await MultiPartParser(request.headers, body()).parse()
+    except MultiPartException as exc:
+        raise APIError(f"the form could not be read: {exc.message}") from None
+    fields: dict[str, str] = {}
+    audio: bytes | None = None
+    for key, value in form.multi_items():
+        if isinstance(value, UploadFile):
+            if key == "file":
+                audio = await value.read()
+            await value.close()
+        elif key in transcriptions.FIELDS:
+            fields[key] = value
+    return fields, audio

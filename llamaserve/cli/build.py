@@ -17,7 +17,7 @@ from llamaserve.engine.sampling import (
 )
 
 # Destinations that only mark a flag as given (features not built yet) and set no config field.
-_MARKERS = frozenset({"spec", "router", "mmproj", "rpc", "removed", "mmproj_auto", "mmproj_offload", "models_autoload"})
+_MARKERS = frozenset({"spec", "router", "mtmd_pending", "rpc", "removed", "models_autoload"})
 _PARTS = {f.name for f in fields(ServerConfig) if f.name in ("load", "tuning", "cpu", "cpu_batch")}
 
 
@@ -224,6 +224,7 @@ def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
     if values.get("verbose"):
         values["log_verbosity"] = 99
     values.update(_vertex_ai(environ))
+    values["remote_media"] = environ.get("LLAMASERVE_REMOTE_MEDIA", "") in ("1", "true")
     values = _nest(values)
     config = ServerConfig(**values, api_keys=keys, sampling=sampling, hardware_flags=tuple(hardware_flags(parsed)))
     config.validate()  # every other flag first: a typo should not wait for a download
@@ -231,4 +232,8 @@ def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
         from llamaserve.hub import resolve_model  # deferred: httpx only when downloading
 
         config = replace(config, model=resolve_model(config, environ))
+    if config.mmproj_url or (config.hf_repo and config.mmproj_auto and not config.mmproj):
+        from llamaserve.hub import resolve_mmproj  # deferred, as above
+
+        config = replace(config, mmproj=resolve_mmproj(config, environ))
     return config

@@ -83,3 +83,49 @@ class Embedder(Protocol):
         ...
 
     def embed(self, inputs: list[list[int]]) -> list[np.ndarray]: ...
+
+
+# ---------------------------------------------------------------- media
+# A prompt with images or audio is still a list of ints: each position a media chunk
+# occupies holds a negative placeholder, -(1 + slot * MEDIA_SPAN + k) for its k-th
+# embedding, where ``slot`` names the encoded media in the runner's store and is
+# derived from the media's content hash. So the same image in the same place gives
+# the same placeholders, and prefix matching, the host-memory cache and slot files
+# reuse its KV exactly as they reuse text (llama-server keys cached media by hash too),
+# while a different image differs at its first position. Text tokens are never negative.
+MEDIA_SPAN = 1 << 14  # the most embeddings one media chunk may have
+MEDIA_SLOTS = (1 << 31) // MEDIA_SPAN - 1
+
+
+def media_token(slot: int, k: int) -> int:
+    return -(1 + slot * MEDIA_SPAN + k)
+
+
+def media_slot(token: int) -> tuple[int, int]:
+    """(store slot, embedding index) of a placeholder token."""
+    n = -token - 1
+    return n // MEDIA_SPAN, n % MEDIA_SPAN
+
+
+class MediaError(ValueError):
+    """A media input cannot be used: undecodable, of a kind the model does not take, too large."""
+
+
+class MediaTokenizer(Protocol):
+    """A model's multimodal projector as the HTTP side sees it (thread-safe)."""
+
+    @property
+    def vision(self) -> bool: ...
+
+    @property
+    def audio(self) -> bool: ...
+
+    @property
+    def marker(self) -> str:
+        """The text that stands for one media item in a prompt."""
+        ...
+
+    def tokenize(self, text: str, media: list[bytes], *, add_special: bool, parse_special: bool = True) -> list[int]:
+        """The prompt's tokens, each marker replaced by its media's placeholders (encoded
+        beforehand, so the scheduler only decodes them); MediaError for bad media."""
+        ...

@@ -65,6 +65,9 @@ class StepResult:
     # slots share it, so one long answer can leave none for the others.
     no_space: bool = False
     prompt_logprobs: list[list[TokenLogprob]] = field(default_factory=list)  # per row, when targets were set
+    # Rows that were not decoded, by plan index, with why: their slots fail, the others go on
+    # (a media row whose embeddings are gone from the store).
+    failed_rows: dict[int, str] = field(default_factory=dict)
 
 
 class Runner(Protocol):

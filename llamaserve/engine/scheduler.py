@@ -176,7 +176,10 @@ class Scheduler:
         now = time.perf_counter()
         outbox: dict[int, tuple[EventSink, list[Event]]] = {}
         prompt_lps = result.prompt_logprobs or [[] for _ in plan]
-        for row, slot, samples, scored in zip(plan, planned, result.samples, prompt_lps):
+        for i, (row, slot, samples, scored) in enumerate(zip(plan, planned, result.samples, prompt_lps)):
+            if i in result.failed_rows:
+                self._fail_slot(slot, result.failed_rows[i])
+                continue
             slot.cache_tokens.extend(row.tokens)
             slot.prompt_logprobs += scored
             if slot.state is SlotState.PREFILL:
@@ -450,7 +453,7 @@ class Scheduler:
             start = slot.n_past
             scoring = slot.task is not None and slot.task.request.prompt_logprobs
             # Keeping every row's logits costs a vocabulary-sized row each: smaller chunks.
-            chunk = slot.prompt[start : start + (min(budget, 64) if scoring else budget)]
+            chunk = _one_kind(slot.prompt[start : start + (min(budget, 64) if scoring else budget)])
             last_chunk = start + len(chunk) == len(slot.prompt)
             samplers = [slot.sampler, *(f.sampler for f in slot.followers)] if last_chunk else []
             n_probs = slot.task.request.n_probs if slot.task else -1
@@ -617,3 +620,15 @@ class Scheduler:
         for group in waiting:
             for task in group:
                 task.sink([Failed(message, kind="unavailable_error", status=503)])
+
+
+def _one_kind(chunk: list[int]) -> list[int]:
+    """The chunk up to where text turns into media or back (media placeholders are negative):
+    the runner decodes media rows in a batch of embeddings, text in a batch of tokens."""
+    if not chunk:
+        return chunk
+    media = chunk[0] < 0
+    for i, tok in enumerate(chunk):
+        if (tok < 0) != media:
+            return chunk[:i]
+    return chunk

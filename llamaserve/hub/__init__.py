@@ -9,6 +9,7 @@ Every failure is a `DownloadError` with a message for stderr.
 from llamaserve.hub.cache_list import format_cache_list, list_cached_models
 from llamaserve.hub.docker import resolve_docker
 from llamaserve.hub.errors import DownloadError
+from llamaserve.hub.mmproj import resolve_mmproj
 from llamaserve.hub.resolve import ModelSource, fetch_model, resolve_model
 
 __all__ = [
@@ -18,5 +19,6 @@ __all__ = [
     "format_cache_list",
     "list_cached_models",
     "resolve_docker",
+    "resolve_mmproj",
     "resolve_model",
 ]

@@ -83,3 +83,17 @@ def pick_files(files: list[str], tag: str | None, repo: str) -> list[str]:
     if missing:
         raise DownloadError(f"repo {repo}: split model {parts[0]} lacks part(s) {', '.join(missing)}")
     return parts
+
+
+# llama.cpp prefers the projector of the highest precision a repo offers.
+_MMPROJ_PREFERENCE = ("f16", "bf16", "f32", "q8_0")
+
+
+def pick_mmproj(files: list[str]) -> str | None:
+    """The multimodal projector among a repo's files (mmproj*.gguf), None when it has none."""
+    projs = [f for f in files if f.lower().endswith(".gguf") and "mmproj" in f.rsplit("/", 1)[-1].lower()]
+    for want in _MMPROJ_PREFERENCE:
+        hit = next((f for f in projs if _matches_tag_exactly(f, want)), None)
+        if hit is not None:
+            return hit
+    return projs[0] if projs else None

@@ -9,6 +9,7 @@ import ctypes
 from dataclasses import dataclass
 
 import llama_cpp.llama_cpp as C
+import numpy as np
 
 from llamaserve.llama.model import Model
 
@@ -123,6 +124,8 @@ class Context:
         self.n_ctx_seq: int = int(C.llama_n_ctx_seq(handle))
         self.n_batch: int = int(C.llama_n_batch(handle))
         self.batch = C.llama_batch_init(self.n_batch, 0, 1)
+        self.n_embd: int = int(C.llama_model_n_embd_inp(model.handle))
+        self._embd_batch: C.llama_batch | None = None  # media embeddings, made on first use
         # Each batch row carries exactly one sequence id, written in place.
         for i in range(self.n_batch):
             self.batch.n_seq_id[i] = 1
@@ -139,6 +142,32 @@ class Context:
             logits[i] = 1 if want else 0
         batch.n_tokens = len(rows)
         return int(C.llama_decode(self.handle, batch))
+
+    def decode_embd(self, rows: list[tuple[np.ndarray, int, int]], *, non_causal: bool) -> int:
+        """Decode rows of (embedding, pos, seq_id), no logits: media placed in the KV cache.
+
+        ``non_causal``: the rows attend to each other both ways, as projectors such as
+        gemma3's expect of an image's embeddings (llama.cpp's causal flag, restored after).
+        """
+        if self._embd_batch is None:
+            self._embd_batch = C.llama_batch_init(self.n_batch, self.n_embd, 1)
+            for i in range(self.n_batch):
+                self._embd_batch.n_seq_id[i] = 1
+        batch = self._embd_batch
+        embd = np.ctypeslib.as_array(batch.embd, shape=(self.n_batch, self.n_embd))
+        for i, (vec, p, seq) in enumerate(rows):
+            embd[i] = vec
+            batch.pos[i] = p
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = 0
+        batch.n_tokens = len(rows)
+        if non_causal:
+            C.llama_set_causal_attn(self.handle, False)
+        try:
+            return int(C.llama_decode(self.handle, batch))
+        finally:
+            if non_causal:
+                C.llama_set_causal_attn(self.handle, True)
 
     def warm_up(self, token: int) -> None:
         """One throwaway decode, as llama-server does at start: the first real
@@ -198,5 +227,7 @@ class Context:
             if self.settings.perf:  # --perf: llama.cpp's own timings, printed through its log as llama-server does
                 C.llama_perf_context_print(self.handle)
             C.llama_batch_free(self.batch)
+            if self._embd_batch is not None:
+                C.llama_batch_free(self._embd_batch)
             C.llama_free(self.handle)
             self.handle = None

@@ -140,6 +140,8 @@ class Model:
 
     def piece(self, token: int, *, special: bool = False) -> bytes:
         """The raw bytes of one token (may be a partial UTF-8 sequence)."""
+        if token < 0:
+            return b""  # a media placeholder (engine/backend.py): no text of its own
         cache = self._special_piece_cache if special else self._piece_cache
         cached = cache.get(token)
         if cached is not None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from llamaserve.engine.runner import PlanRow, Sample, StepResult
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.types import TokenLogprob
 from llamaserve.llama.context import Context
 from llamaserve.llama.logprobs import token_logprob
 from llamaserve.llama.lora import LoraAdapter, apply_scales
+from llamaserve.llama.media import MediaStore
 from llamaserve.llama.model import Model
 from llamaserve.llama.sampler import SamplerChain
 
@@ -16,7 +19,13 @@ class LlamaRunner:
     """Runs plans on a real llama.cpp context."""
 
     def __init__(
-        self, model: Model, context: Context, adapters: list[LoraAdapter] | None = None, *, special: bool = False
+        self,
+        model: Model,
+        context: Context,
+        adapters: list[LoraAdapter] | None = None,
+        *,
+        special: bool = False,
+        media: MediaStore | None = None,
     ) -> None:
         self.model = model
         # -sp/--special: control tokens (<|im_end|>, ...) are written into the generated text.
@@ -28,11 +37,66 @@ class LlamaRunner:
         self.n_batch = context.n_batch
         self.n_ubatch = min(context.settings.n_ubatch, context.n_batch)
         self.n_seq_max = context.settings.n_seq_max
+        # Encoded media that prompt placeholders (negative tokens) name; None without --mmproj.
+        self.media = media
 
     def new_sampler(self, params: SamplingParams) -> SamplerChain:
         return SamplerChain(self.model, params)
 
+    def _decode_media(self, plan: list[PlanRow]) -> tuple[list[PlanRow], str | None, int, dict[int, str]]:
+        """Decode the plan's media rows; returns the text rows that are left.
+
+        The scheduler plans a slot's chunk as all text or all media, so within one
+        sequence nothing depends on the order of the two batches (llama.cpp's batch is
+        tokens or embeddings, not both). Media go first, so the sampled logits are the
+        text batch's; a media chunk never samples, as a prompt never ends in media
+        (projectors close each with text).
+        """
+        if self.media is None or all(row.tokens[0] >= 0 for row in plan if row.tokens):
+            return plan, None, 0, {}
+        rows: list[tuple[np.ndarray, int, int]] = []
+        non_causal = False
+        text: list[PlanRow] = []
+        failed: dict[int, str] = {}
+        for index, row in enumerate(plan):
+            if not row.tokens or row.tokens[0] >= 0:
+                text.append(row)
+                continue
+            if row.samplers or row.targets is not None:
+                failed[index] = "a prompt cannot end with media, nor ask for prompt log-probabilities with media"
+                continue
+            found = [self.media.row(tok) if tok < 0 else None for tok in row.tokens]
+            if any(f is None for f in found):
+                failed[index] = "an image or audio of this prompt is no longer in the media store; send it again"
+                continue
+            for i, (vec, nc) in enumerate(f for f in found if f is not None):
+                rows.append((vec, row.start_pos + i, row.seq_id))
+                non_causal = non_causal or nc
+        if rows:
+            code = self.context.decode_embd(rows, non_causal=non_causal)
+            if code != 0:
+                return plan, f"llama_decode failed with code {code} (media)", code, {}
+        return text, None, 0, failed
+
     def step(self, plan: list[PlanRow]) -> StepResult:
+        text, media_error, media_code, failed = self._decode_media(plan)
+        if media_error is not None:
+            return StepResult([[] for _ in plan], error=media_error, no_space=media_code == 1)
+        if len(text) == len(plan):
+            return self._step_text(plan)
+        # Media rows sample nothing: their results are empty, in the plan's order.
+        result = self._step_text(text)
+        by_row = dict(zip(map(id, text), result.samples))
+        samples = [by_row.get(id(row), []) for row in plan]
+        lps = dict(zip(map(id, text), result.prompt_logprobs))
+        prompt_lps = [lps.get(id(row), []) for row in plan] if result.prompt_logprobs else []
+        return StepResult(
+            samples, error=result.error, no_space=result.no_space, prompt_logprobs=prompt_lps, failed_rows=failed
+        )
+
+    def _step_text(self, plan: list[PlanRow]) -> StepResult:
+        if not plan:
+            return StepResult([])
         rows: list[tuple[int, int, int, bool]] = []
         sample_at: list[int] = []
         for row in plan:

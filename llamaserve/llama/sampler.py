@@ -171,8 +171,11 @@ class SamplerChain:
             C.llama_sampler_chain_add(self.handle, sampler)
 
     def accept(self, token: int) -> None:
-        """Feed a prompt token to the history-aware samplers (not the grammar)."""
-        C.llama_sampler_accept(self.handle, token)
+        """Feed a prompt token to the history-aware samplers (not the grammar).
+
+        Media placeholders (negative) are skipped, as llama-server skips media positions."""
+        if token >= 0:
+            C.llama_sampler_accept(self.handle, token)
 
     def sample(self, ctx_handle: object, index: int) -> int:
         """Pick a token from the logits at batch row ``index`` and accept it."""

@@ -26,7 +26,7 @@ from llamaserve.engine.sampling import GrammarError
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.protocol.openai import ChatCompletionRequest, ChatMessage
-from llamaserve.serving import generate, logprobs
+from llamaserve.serving import generate, logprobs, media
 from llamaserve.serving.completion import build_request, choices, progress_fields, verbose_body, wants_verbose
 from llamaserve.serving.params import prompt_tokens, stop_strings
 from llamaserve.serving.prefill import split_prefill
@@ -97,12 +97,25 @@ def count_prompt_tokens(rt: ModelRuntime, req: ChatCompletionRequest) -> int:
     return len(chat_tokens(rt, request_prompt(rt, req)))
 
 
-def chat_tokens(rt: ModelRuntime, prompt: str) -> list[int]:
+async def count_tokens_with_media(rt: ModelRuntime, req: ChatCompletionRequest) -> int:
+    """count_prompt_tokens, with each image or audio counted as the tokens it becomes."""
+    refs = media.chat_media(req.messages)
+    if not refs:
+        return count_prompt_tokens(rt, req)
+    blobs = await media.load_all(rt, refs)
+    prompt = request_prompt(rt, req)
+    return len(await media.tokenize(rt, prompt, blobs, refs, add_special=_adds_bos(rt, prompt)))
+
+
+def _adds_bos(rt: ModelRuntime, prompt: str) -> bool:
     # Templates usually write the BOS token themselves; adding another would
     # change the prompt the model was trained on.
     bos = rt.model.token_text(rt.model.bos) if rt.model.bos >= 0 else ""
-    add_special = not (bos and prompt.startswith(bos))
-    return prompt_tokens(rt.model, prompt, add_special=add_special)
+    return not (bos and prompt.startswith(bos))
+
+
+def chat_tokens(rt: ModelRuntime, prompt: str) -> list[int]:
+    return prompt_tokens(rt.model, prompt, add_special=_adds_bos(rt, prompt))
 
 
 @dataclass
@@ -193,6 +206,9 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
     if rt.config.reasoning_budget == 0:
         kwargs.setdefault("enable_thinking", False)
     messages = req.messages
+    # Media first: a part the model cannot take is a 400 before anything renders.
+    media_refs = media.chat_media(messages)
+    blobs = await media.load_all(rt, media_refs) if media_refs else []
     if fmt is not None and isinstance(fmt, GenericFormat):
         instructions = fmt.system_prompt(tools, req.tool_choice or "auto", req.parallel_tool_calls is not False)
         if instructions:
@@ -234,9 +250,11 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     n_probs = (req.top_logprobs or 0) if req.logprobs else (req.n_probs if req.n_probs else -1)
     stops = stop_strings(req.stop) + tuple(extra_stops)
-    job = build_request(
-        rt, req, chat_tokens(rt, prompt), n_predict=limit, stop=list(stops), grammar=grammar, n_probs=n_probs
-    )
+    if media_refs:
+        tokens = await media.tokenize(rt, prompt, blobs, media_refs, add_special=_adds_bos(rt, prompt))
+    else:
+        tokens = chat_tokens(rt, prompt)
+    job = build_request(rt, req, tokens, n_predict=limit, stop=list(stops), grammar=grammar, n_probs=n_probs)
     if triggers:
         job = replace(job, sampling=replace(job.sampling, grammar_triggers=tuple(triggers)))
     budget = _reasoning_budget(rt, req, plan, constrained=bool(job.sampling.grammar))

@@ -16,7 +16,7 @@ from llamaserve.errors import APIError
 from llamaserve.protocol.common import SamplingFields
 from llamaserve.protocol.native import NativeCompletionRequest
 from llamaserve.protocol.openai import CompletionRequest
-from llamaserve.serving import generate, logprobs
+from llamaserve.serving import generate, logprobs, media
 from llamaserve.serving.params import prompt_tokens, sampling_config, split_prompts, stop_strings
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
@@ -128,8 +128,12 @@ async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> lis
     n_probs = req.n_probs if req.n_probs else -1
     out = []
     for prompt in split_prompts(req.prompt):
-        tokens = prompt_tokens(rt.model, prompt)
-        text = prompt if isinstance(prompt, str) else rt.model.detokenize(tokens, special=True)
+        if isinstance(prompt, dict) and "multimodal_data" in prompt and rt.media is not None:
+            tokens = await media.prompt_object_tokens(rt, prompt)
+            text = str(prompt.get("prompt_string", ""))
+        else:
+            tokens = prompt_tokens(rt.model, prompt)
+            text = prompt if isinstance(prompt, str) else rt.model.detokenize(tokens, special=True)
         out.append(
             (build_request(rt, req, tokens, n_predict=None, stop=req.stop, grammar=grammar, n_probs=n_probs), text)
         )

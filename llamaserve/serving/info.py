@@ -45,7 +45,8 @@ def props(rt: ModelRuntime) -> dict[str, Any]:
         "model_alias": rt.alias,
         "model_ftype": rt.info.ftype,
         "model_path": rt.info.path,
-        "modalities": {"vision": False, "video": False, "audio": False},
+        "modalities": rt.modalities,
+        "media_marker": rt.media.marker if rt.media is not None else "",
         "endpoint_slots": cfg.endpoint_slots,
         "endpoint_props": cfg.endpoint_props,
         "endpoint_metrics": cfg.endpoint_metrics,
@@ -75,7 +76,7 @@ def models(rt: ModelRuntime) -> dict[str, Any]:
                 "type": "model",
                 "description": "",
                 "tags": [""],
-                "capabilities": ["completion"],
+                "capabilities": ["completion", "multimodal"] if rt.media is not None else ["completion"],
                 "parameters": "",
                 "details": {
                     "parent_model": "",
@@ -97,6 +98,12 @@ def models(rt: ModelRuntime) -> dict[str, Any]:
                 "object": "model",
                 "created": rt.created,
                 "owned_by": "llamacpp",
+                "architecture": {
+                    "input_modalities": ["text"]
+                    + (["image"] if rt.modalities["vision"] else [])
+                    + (["audio"] if rt.modalities["audio"] else []),
+                    "output_modalities": ["text"],
+                },
                 "meta": {
                     "vocab_type": info.vocab_type,
                     "n_vocab": info.n_vocab,

@@ -205,11 +205,15 @@ def _user_message(content: str | list[dict[str, Any]], i: int) -> list[dict[str,
         return [{"role": "user", "content": content}]
     tool_messages: list[dict[str, Any]] = []
     texts: list[str] = []
+    parts: list[dict[str, Any]] = []  # text and images in order, once an image is seen
     for j, block in enumerate(content):
         where = _where("messages", i, "content", j)
         kind = block["type"]
         if kind == "text":
             texts.append(_text_of(block, where))
+            parts.append({"type": "text", "text": texts[-1]})
+        elif kind == "image":
+            parts.append(_image_part(block, where))
         elif kind == "tool_result":
             call_id = block.get("tool_use_id")
             if not isinstance(call_id, str) or not call_id:
@@ -223,9 +227,26 @@ def _user_message(content: str | list[dict[str, Any]], i: int) -> list[dict[str,
             raise _unsupported_media(kind, where)
     # Tool results answer the previous assistant turn, so they come first.
     out = tool_messages
-    if texts or not tool_messages:
+    if len(parts) > len(texts):  # images: the parts go on as OpenAI content parts
+        out.append({"role": "user", "content": parts})
+    elif texts or not tool_messages:
         out.append({"role": "user", "content": _joined(texts) if texts else ""})
     return out
+
+
+def _image_part(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """An Anthropic image block as an OpenAI image_url part (base64 → a data URI)."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise APIError(f"{where}: an image block needs a 'source'")
+    if source.get("type") == "base64":
+        media_type, data = source.get("media_type"), source.get("data")
+        if not isinstance(media_type, str) or not media_type.startswith("image/") or not isinstance(data, str):
+            raise APIError(f"{where}: a base64 image source needs an image/* 'media_type' and 'data'")
+        return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}"}}
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return {"type": "image_url", "image_url": {"url": source["url"]}}
+    raise APIError(f"{where}: image source type must be 'base64' or 'url'")
 
 
 def _assistant_message(content: str | list[dict[str, Any]], i: int) -> dict[str, Any]:
@@ -431,8 +452,8 @@ async def create_message(
     return message_body(rt.alias, body, tap.finished.get(0), req.stop_sequences)
 
 
-def count_tokens(rt: ModelRuntime, req: CountTokensRequest) -> dict[str, int]:
-    return {"input_tokens": count_prompt_tokens(rt, to_chat_request(req))}
+async def count_tokens(rt: ModelRuntime, req: CountTokensRequest) -> dict[str, int]:
+    return {"input_tokens": await chat.count_tokens_with_media(rt, to_chat_request(req))}
 
 
 # -------------------------------------------------------------- streaming

@@ -60,11 +60,19 @@ def _part_text(part: Any, where: str) -> str:
             raise APIError(f"{where}: a '{kind}' part needs a string 'text'")
         return text
     if kind in ("input_image", "input_file", "input_audio"):
-        raise APIError(
-            f"{where}: '{kind}' input is not supported: the loaded model has no multimodal projector "
-            "(llama-server needs --mmproj for images and audio)"
-        )
+        raise APIError(f"{where}: '{kind}' input is not supported here")
     raise APIError(f"{where}: unsupported content part type '{kind}'")
+
+
+def _image_part(part: dict[str, Any], where: str) -> dict[str, Any]:
+    """A Responses ``input_image`` as a chat ``image_url`` part (the chat path loads and checks it)."""
+    url = part.get("image_url")
+    if isinstance(url, dict):
+        url = url.get("url")
+    if not isinstance(url, str) or not url:
+        what = "file_id references" if part.get("file_id") else "an input_image without 'image_url'"
+        raise APIError(f"{where}: {what} are not supported; send the image as a data URI or URL")
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
@@ -72,10 +80,15 @@ def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
         return content
     if not isinstance(content, list):
         raise APIError(f"{where}: expected a string or a list of content parts")
-    texts = [_part_text(p, f"{where}.{k}") for k, p in enumerate(content)]
-    if len(texts) == 1:
-        return texts[0]
-    return [{"type": "text", "text": t} for t in texts]
+    parts = [
+        _image_part(p, f"{where}.{k}")
+        if isinstance(p, dict) and p.get("type") == "input_image"
+        else {"type": "text", "text": _part_text(p, f"{where}.{k}")}
+        for k, p in enumerate(content)
+    ]
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return str(parts[0]["text"])
+    return parts
 
 
 def _output_text(output: Any, where: str) -> str:

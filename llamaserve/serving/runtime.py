@@ -16,7 +16,7 @@ from typing import Any
 from llamaserve.chat.prompt_template import PromptTemplate
 from llamaserve.chat.tools import ToolFormat, detect_format
 from llamaserve.config import ServerConfig
-from llamaserve.engine.backend import Embedder, ModelInfo, Vocabulary
+from llamaserve.engine.backend import Embedder, MediaTokenizer, ModelInfo, Vocabulary
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.slot_files import SlotFiles
@@ -44,6 +44,7 @@ class ModelRuntime:
     ui_settings: dict[str, Any] = field(default_factory=dict)
     embedder: Embedder | None = None
     slot_files: SlotFiles | None = None  # with --slot-save-path
+    media: MediaTokenizer | None = None  # with --mmproj: images and/or audio in prompts
     lora: LoraScales = field(default_factory=LoraScales)
     _tool_format: ToolFormat | None = None
 
@@ -60,6 +61,12 @@ class ModelRuntime:
         if self._tool_format is None:
             self._tool_format = detect_format(self.template_source)
         return self._tool_format
+
+    @property
+    def modalities(self) -> dict[str, bool]:
+        """What the model takes besides text, as /props reports it (no video input yet)."""
+        media = self.media
+        return {"vision": bool(media and media.vision), "video": False, "audio": bool(media and media.audio)}
 
     @property
     def alias(self) -> str:

@@ -32,9 +32,11 @@ for _ext, _type in (
     mimetypes.add_type(_type, _ext)
 
 # What the page needs and nothing more: its own scripts, styles and fonts; inline style attributes
-# (KaTeX positions glyphs with them); fetch to the same origin.
+# (KaTeX positions glyphs with them); fetch to the same origin; attached images and audio shown
+# from their data: URLs.
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "media-src 'self' data:; "
     "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
     "form-action 'self'"
 )

@@ -74,7 +74,7 @@ SERVES: dict[str, list[str]] = {
 REFUSES: dict[str, tuple[list[str], str]] = {
     "router": (["--models-dir", "./models", "--models-max", "2"], "router mode"),
     "speculative": (["-md", "draft.gguf", "--spec-draft-n-max", "16", "-ngld", "99"], "speculative decoding"),
-    "multimodal": (["-mm", "mmproj.gguf", "--image-max-tokens", "256"], "multimodal"),
+    "multimodal video": (["-mmdev", "CPU", "--video-fps", "2"], "multimodal"),
 }
 
 

@@ -54,6 +54,7 @@ class FakeRunner:
         self.copies: list[tuple[int, int]] = []
         self.fail_next = False
         self.full_next = False  # the next decode finds no room in the KV cache (llama_decode's 1)
+        self.missing_token: int | None = None  # a row holding it is not decoded (failed_rows)
         self.shifts: list[tuple[int, int, int, int]] = []
         self.lora: tuple[float, ...] = ()
         self.lora_per_step: list[tuple[float, ...]] = []
@@ -78,14 +79,19 @@ class FakeRunner:
             self.full_next = False
             return StepResult([[] for _ in plan], error="no KV slot", no_space=True)
         samples: list[list[Sample]] = []
-        for row in plan:
+        failed: dict[int, str] = {}
+        for index, row in enumerate(plan):
+            if self.missing_token is not None and self.missing_token in row.tokens:
+                failed[index] = "media gone"  # as LlamaRunner reports a media row it cannot decode
+                samples.append([])
+                continue
             seq = self.tokens(row.seq_id)
             assert row.start_pos == len(seq), f"seq {row.seq_id}: pos {row.start_pos} != kv {len(seq)}"
             self.cells[row.seq_id] += [[row.start_pos + i, t] for i, t in enumerate(row.tokens)]
             seq += row.tokens
             # choice i of an n > 1 group draws script token + i, so choices differ visibly
             samples.append([Sample(self._next(seq) + i) for i, _ in enumerate(row.samplers)])
-        return StepResult(samples)
+        return StepResult(samples, failed_rows=failed)
 
     def seq_copy(self, src: int, dst: int) -> None:
         self.copies.append((src, dst))

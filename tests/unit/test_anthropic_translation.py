@@ -230,13 +230,11 @@ def test_tool_only_assistant_turn_has_null_content() -> None:
                 "messages": [
                     {
                         "role": "user",
-                        "content": [
-                            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
-                        ],
+                        "content": [{"type": "image", "source": {"type": "file", "file_id": "f1"}}],
                     }
                 ]
             },
-            "image input is not supported",
+            "image source type must be 'base64' or 'url'",
         ),
         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tools"),
         ({"tool_choice": {"type": "tool"}, "tools": [{"name": "f"}]}, "requires a 'name'"),
@@ -249,6 +247,18 @@ def test_unsupported_input_is_a_clear_error(fields: dict[str, Any], needle: str)
     with pytest.raises(APIError) as info:
         to_chat_request(request(**fields))
     assert needle in info.value.message and info.value.status == 400
+
+
+def test_image_blocks_become_image_url_parts_in_order() -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    url = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    content = [{"type": "text", "text": "a"}, image, url]
+    chat = to_chat_request(request(messages=[{"role": "user", "content": content}]))
+    assert chat.messages[0].content == [
+        {"type": "text", "text": "a"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+    ]
 
 
 def test_thinking_disabled_and_output_config() -> None:

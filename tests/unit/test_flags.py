@@ -192,7 +192,7 @@ def test_presets_set_the_repo_and_settings_and_flags_after_them_win() -> None:
         (["--models-dir", "/tmp"], "router mode"),
         (["-md", "draft.gguf"], "speculative decoding"),
         (["--spec-type", "ngram-mod"], "speculative decoding"),
-        (["--mmproj", "p.gguf"], "multimodal"),
+        (["--mmproj-device", "CPU"], "multimodal"),
         (["--rpc", "127.0.0.1:50052"], "RPC backend"),
         (["--fim-qwen-7b-spec"], "speculative decoding"),
     ],

@@ -125,3 +125,30 @@ def test_progress_bar_on_a_terminal_redraws_one_line() -> None:
     text = out.getvalue()
     assert text.startswith("\r") and text.count("\n") == 1 and text.count("\r") == 2
     assert "60.0%" in text and text.rstrip().endswith("\033[K") and "100.0%" in text
+
+
+def test_pick_mmproj_takes_the_projector_of_highest_precision() -> None:
+    from llamaserve.hub.select import pick_mmproj
+
+    files = ["model-Q4_K_M.gguf", "mmproj-model-Q8_0.gguf", "mmproj-model-f16.gguf", "README.md"]
+    assert pick_mmproj(files) == "mmproj-model-f16.gguf"
+    assert pick_mmproj(["mmproj-x-Q8_0.gguf"]) == "mmproj-x-Q8_0.gguf"
+    assert pick_mmproj(["model-Q4_K_M.gguf"]) is None
+
+
+def test_mmproj_resolution_offline_from_the_cache_and_no_mmproj(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from llamaserve.config import ServerConfig
+    from llamaserve.hub.cache import hf_cache_path
+    from llamaserve.hub.mmproj import resolve_mmproj
+
+    env = {"LLAMA_CACHE": str(tmp_path)}
+    proj = hf_cache_path(tmp_path, "user/vision-GGUF", "mmproj-vision-f16.gguf")
+    proj.parent.mkdir(parents=True, exist_ok=True)
+    proj.write_bytes(b"GGUF")
+    base = ServerConfig(model="m.gguf", hf_repo="user/vision-GGUF:Q4_K_M", offline=True)
+    assert resolve_mmproj(base, env) == str(proj)
+    assert resolve_mmproj(replace(base, mmproj_auto=False), env) is None  # --no-mmproj
+    assert resolve_mmproj(replace(base, mmproj="own.gguf"), env) == "own.gguf"  # -mm wins
+    assert resolve_mmproj(replace(base, hf_repo="user/other-GGUF"), env) is None  # offline, none cached

@@ -191,8 +191,12 @@ def test_function_call_without_text_starts_an_assistant_turn() -> None:
     [
         ({"conversation": "conv_1"}, "conversation"),
         (
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
-            "'input_image' input is not supported",
+            {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file_1"}]}]},
+            "file_id references are not supported",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]},
+            "'input_file' input is not supported",
         ),
         ({"tools": [{"type": "web_search"}]}, "only 'function' tools"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference is not supported"),
@@ -409,3 +413,15 @@ def test_failure_mid_stream_is_error_then_response_failed() -> None:
 @pytest.fixture(scope="module")
 def client(base_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def test_input_image_becomes_an_image_url_part() -> None:
+    content = [
+        {"type": "input_text", "text": "see"},
+        {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+    ]
+    chat = to_chat_request(request(input=[{"role": "user", "content": content}]))
+    assert chat.messages[-1].content == [
+        {"type": "text", "text": "see"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    ]

@@ -355,3 +355,45 @@ def test_a_long_prompt_is_fed_one_micro_batch_per_step_so_an_abort_lands_early()
     s._drain_inbox(block=False)
     assert c.finished is not None and c.finished.stop_type == "abort"
     assert len(s.slots[1].cache_tokens) + len(s.slots[0].cache_tokens) < 600  # not the whole 2,000-token prompt
+
+
+def test_prefill_chunks_never_mix_text_and_media_placeholders() -> None:
+    """A prompt with an image (negative placeholders) is planned as text, media, text chunks:
+    the runner decodes media as embeddings and text as tokens, one kind per chunk."""
+    from llamaserve.engine.backend import media_token
+
+    s, runner = make(n_slots=2, n_batch=16)
+    image = [media_token(5, k) for k in range(20)]
+    prompt = [1, 2, 3, *image, 4, 5]
+    _, c = submit(s, prompt, n_predict=2)
+    run_until_idle(s)
+    assert c.finished is not None
+    chunks = [r.tokens for p in runner.plans for r in p if r.start_pos < len(prompt) and len(r.tokens) > 1]
+    assert all(all(t < 0 for t in ch) or all(t >= 0 for t in ch) for ch in chunks)
+    assert chunks == [[1, 2, 3], image[:16], image[16:], [4, 5]]  # the image over two 16-row steps
+    assert runner.tokens(c.finished.id_slot)[: len(prompt)] == prompt  # every position in place
+    # the same image in the same place is a cache hit like text; another image is not
+    _, again = submit(s, prompt, n_predict=1)
+    run_until_idle(s)
+    assert again.finished is not None and again.finished.n_cached == len(prompt) - 1
+    other = [1, 2, 3, *[media_token(6, k) for k in range(20)], 4, 5]
+    _, diff = submit(s, other, n_predict=1, id_slot=again.finished.id_slot)
+    run_until_idle(s)
+    assert diff.finished is not None and diff.finished.n_cached == 3
+
+
+def test_a_row_the_runner_cannot_decode_fails_only_its_slot() -> None:
+    """A media row whose embeddings left the store fails its request; the other slots go on."""
+    from llamaserve.engine.backend import media_token
+
+    s, runner = make(n_slots=2, n_batch=32)
+    runner.scripts = {(1,): [5] * 30 + [EOG]}
+    _, text = submit(s, [1], n_predict=20)
+    s._drain_inbox(block=False)
+    s._step()
+    gone = media_token(9, 0)
+    runner.missing_token = gone
+    _, image = submit(s, [2, gone, media_token(9, 1), 3], n_predict=2)
+    run_until_idle(s)
+    assert image.failed is not None and "media gone" in image.failed.message
+    assert text.finished is not None and text.finished.n_predicted == 20

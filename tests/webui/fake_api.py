@@ -197,6 +197,7 @@ class Handler(BaseHTTPRequestHandler):
             "model_path": a.model or "/models/fake-model.gguf",
             "ui_settings": ui,
             "build_info": "fake",
+            "modalities": {kind: kind in a.modalities.split(",") for kind in ("vision", "video", "audio")},
         }
 
     def static(self, path: str) -> None:
@@ -346,6 +347,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-key", default="")
     p.add_argument("--models", default="", help="extra model ids for /v1/models, comma separated")
     p.add_argument("--ui-settings", default="", help="JSON object returned as /props ui_settings")
+    p.add_argument("--modalities", default="", help="what /props says the model takes: vision,audio")
     p.add_argument("--token-delay", type=float, default=0.03, help="seconds between streamed pieces")
     p.add_argument("-c", "--ctx-size", type=int, default=4096)
     p.add_argument("-np", "--parallel", type=int, default=2)

@@ -41,6 +41,9 @@ const el = {
   input: $("composer-input"),
   send: $("send-button"),
   stop: $("stop-button"),
+  attach: $("attach-button"),
+  attachFile: $("attach-file"),
+  attachments: $("attachments"),
   live: $("live"),
   toasts: $("toasts"),
   settingsDialog: $("settings-dialog"),
@@ -85,6 +88,8 @@ const state = {
   stick: true,         // keep the view pinned to the newest text
   editing: null,       // id of the user message being edited
   tools: [],           // the server's agent tools (GET /tools), offered to the model
+  modalities: { vision: false, audio: false },  // what the model takes besides text (/props)
+  pending: [],         // attachments of the message being written: {kind, name, mime, url}
 };
 
 const MAX_TOOL_STEPS = 12;     // model turns with tool calls in a row before the loop gives up
@@ -446,6 +451,8 @@ function createMessageView(msg) {
     body.append(details);
   }
 
+  if (msg.role === "user" && msg.attachments?.length) body.append(attachmentsView(msg.attachments));
+
   const content = document.createElement("div");
   content.className = msg.role === "assistant" ? "msg-content md" : "msg-content plain";
   content.dataset.testid = "message-content";
@@ -726,7 +733,112 @@ function setGenerating(on) {
 }
 
 function updateSendState() {
-  el.send.disabled = !el.input.value.trim() || !!state.gen;
+  el.send.disabled = (!el.input.value.trim() && !state.pending.length) || !!state.gen;
+}
+
+// ------------------------------------------------------------------ attachments
+
+function attachmentsView(items) {
+  const box = document.createElement("div");
+  box.className = "msg-attachments";
+  for (const a of items) {
+    const node = a.kind === "image" ? document.createElement("img") : document.createElement("audio");
+    if (a.kind === "image") node.alt = a.name || "image";
+    else node.controls = true;
+    node.src = a.url;
+    node.dataset.testid = "message-attachment";
+    node.title = a.name || "";
+    box.append(node);
+  }
+  return box;
+}
+
+function audioFormat(a) {
+  const m = (a.mime || "").toLowerCase();
+  if (m.includes("mpeg") || m.includes("mp3") || /\.mp3$/i.test(a.name || "")) return "mp3";
+  return "wav";
+}
+
+function syncAttach() {
+  const { vision, audio } = state.modalities;
+  el.attach.hidden = !(vision || audio);
+  const accept = [];
+  if (vision) accept.push("image/*");
+  if (audio) accept.push("audio/wav", "audio/x-wav", "audio/mpeg", ".wav", ".mp3");
+  el.attachFile.accept = accept.join(",");
+}
+
+function kindOf(file) {
+  const type = (file.type || "").toLowerCase();
+  if (type.startsWith("image/")) return "image";
+  if (type.startsWith("audio/") || /\.(wav|mp3)$/i.test(file.name || "")) return "audio";
+  return "";
+}
+
+function readAsDataURL(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(String(reader.result));
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
+async function addFiles(files) {
+  for (const file of files) {
+    const kind = kindOf(file);
+    const ok = (kind === "image" && state.modalities.vision) || (kind === "audio" && state.modalities.audio);
+    if (!ok) {
+      toast(`This model does not accept ${kind || "this kind of"} files (${file.name || "pasted data"})`, { kind: "error" });
+      continue;
+    }
+    try {
+      state.pending.push({ kind, name: file.name || kind, mime: file.type, url: await readAsDataURL(file) });
+    } catch {
+      toast(`Could not read ${file.name || "the file"}`, { kind: "error" });
+    }
+  }
+  renderPending();
+}
+
+function renderPending() {
+  el.attachments.replaceChildren();
+  state.pending.forEach((a, i) => {
+    const item = document.createElement("div");
+    item.className = "attachment";
+    item.dataset.testid = "attachment";
+    if (a.kind === "image") {
+      const img = document.createElement("img");
+      img.src = a.url;
+      img.alt = a.name;
+      item.append(img);
+    }
+    const name = document.createElement("span");
+    name.className = "att-name";
+    name.textContent = a.name;
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "att-remove";
+    remove.textContent = "×";
+    remove.setAttribute("aria-label", `Remove ${a.name}`);
+    remove.dataset.testid = "attachment-remove";
+    remove.addEventListener("click", () => { state.pending.splice(i, 1); renderPending(); });
+    item.append(name, remove);
+    el.attachments.append(item);
+  });
+  el.attachments.hidden = !state.pending.length;
+  updateSendState();
+}
+
+function userContent(m) {
+  if (!m.attachments?.length) return m.content;
+  const parts = [];
+  if (m.content) parts.push({ type: "text", text: m.content });
+  for (const a of m.attachments) {
+    if (a.kind === "image") parts.push({ type: "image_url", image_url: { url: a.url } });
+    else parts.push({ type: "input_audio", input_audio: { data: a.url.slice(a.url.indexOf(",") + 1), format: audioFormat(a) } });
+  }
+  return parts;
 }
 
 function autosize() {
@@ -751,7 +863,7 @@ function buildBody(history, { toolChoiceNone = false } = {}) {
       messages.push(out);
       for (const c of calls) messages.push({ role: "tool", tool_call_id: c.id, content: c.result.text || "" });
     } else {
-      messages.push({ role: "user", content: m.content });
+      messages.push({ role: "user", content: userContent(m) });
     }
   }
   const body = { messages, stream: true, ...settings.requestParams(s) };
@@ -800,7 +912,8 @@ function mergeToolCalls(msg, deltas) {
 
 async function sendMessage(text) {
   text = text.trim();
-  if (!text || state.gen) return;
+  if ((!text && !state.pending.length) || state.gen) return;
+  const attachments = state.pending.splice(0);
   let conv = state.current;
   const now = Date.now();
   if (!conv) {
@@ -809,7 +922,10 @@ async function sendMessage(text) {
     state.conversations.unshift(conv);
     lsSet(LS.current, conv.id);
   }
-  conv.messages.push({ id: store.newId(), role: "user", content: text, createdAt: now });
+  const userMsg = { id: store.newId(), role: "user", content: text, createdAt: now };
+  if (attachments.length) userMsg.attachments = attachments;
+  conv.messages.push(userMsg);
+  renderPending();
   if (!conv.title) conv.title = store.titleFrom(conv.messages);
   conv.updatedAt = now;
   document.title = `${conv.title} · llamaserve`;
@@ -1082,6 +1198,9 @@ async function loadServerInfo() {
     }
     state.modelName = p.model_alias || (p.model_path ? String(p.model_path).split(/[\\/]/).pop() : "") || state.models[0] || "";
     state.nCtx = Number(dgs.n_ctx) || 0;
+    const mod = p.modalities || {};
+    state.modalities = { vision: !!mod.vision, audio: !!mod.audio };
+    syncAttach();
   } else {
     problem = props.reason;
     if (!state.modelName) state.modelName = state.models[0] || "";
@@ -1269,6 +1388,31 @@ function bindEvents() {
     }
   });
   el.input.addEventListener("input", () => { autosize(); updateSendState(); });
+  el.attach.addEventListener("click", () => el.attachFile.click());
+  el.attachFile.addEventListener("change", async () => {
+    await addFiles([...el.attachFile.files]);
+    el.attachFile.value = "";
+  });
+  el.input.addEventListener("paste", (e) => {
+    const files = [...(e.clipboardData?.files || [])];
+    if (files.length && (state.modalities.vision || state.modalities.audio)) {
+      e.preventDefault();
+      addFiles(files);
+    }
+  });
+  el.composer.addEventListener("dragover", (e) => {
+    if (!(state.modalities.vision || state.modalities.audio)) return;
+    e.preventDefault();
+    el.composer.classList.add("dragging");
+  });
+  el.composer.addEventListener("dragleave", () => el.composer.classList.remove("dragging"));
+  el.composer.addEventListener("drop", (e) => {
+    el.composer.classList.remove("dragging");
+    const files = [...(e.dataTransfer?.files || [])];
+    if (!files.length || !(state.modalities.vision || state.modalities.audio)) return;
+    e.preventDefault();
+    addFiles(files);
+  });
   el.stop.addEventListener("click", stopGeneration);
 
   el.messages.addEventListener("click", async (e) => {

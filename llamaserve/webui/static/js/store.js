@@ -3,7 +3,8 @@
 //
 // A conversation: { id, title, createdAt, updatedAt, messages: [Message] }
 // A message:      { id, role: "user" | "assistant", content, createdAt,
-//                   reasoning?, toolCalls?, timings?, finishReason?, stopped?, error?, model? }
+//                   reasoning?, toolCalls?, timings?, finishReason?, stopped?, error?, model?,
+//                   attachments?: [{ kind: "image" | "audio", name, mime, url (a data: URL) }] }
 
 const DB_NAME = "llamaserve-webui";
 const STORE = "conversations";

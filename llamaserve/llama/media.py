@@ -1,0 +1,116 @@
+"""Media prompts: text plus images/audio → placeholder tokens, and the store of encoded media.
+
+`MediaPrompter` implements `engine.backend.MediaTokenizer`. A prompt's media
+are encoded when it is tokenized, on the caller's worker thread, and their
+embeddings kept in `MediaStore` under a slot derived from the media's SHA-256;
+the prompt carries placeholders naming (slot, row) (see `engine/backend.py`).
+The runner then only copies rows into an embeddings batch, so a slot whose
+prompt holds an image costs the scheduler one decode of that many rows, never
+an encoder pass. The same file twice is encoded once while its entry lives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from llamaserve.engine.backend import MEDIA_SLOTS, MEDIA_SPAN, MediaError, media_slot, media_token
+from llamaserve.llama.mtmd import CHUNK_TEXT, Projector
+
+
+@dataclass
+class Encoded:
+    media_id: str
+    embeddings: np.ndarray  # (n_tokens, n_embd) float32
+    non_causal: bool
+
+
+class MediaStore:
+    """Encoded media by store slot, least recently used dropped past ``max_bytes``."""
+
+    def __init__(self, max_bytes: int = 512 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._by_slot: OrderedDict[int, Encoded] = OrderedDict()
+        self._slot_of: dict[str, int] = {}
+        self._bytes = 0
+        self.encodes = 0  # encoder passes so far (tests and /metrics-style checks)
+
+    def find(self, media_id: str) -> int | None:
+        with self._lock:
+            slot = self._slot_of.get(media_id)
+            if slot is not None:
+                self._by_slot.move_to_end(slot)
+            return slot
+
+    def put(self, entry: Encoded) -> int:
+        """Store an encoded media; returns its slot (stable while the entry lives)."""
+        with self._lock:
+            known = self._slot_of.get(entry.media_id)
+            if known is not None:
+                return known
+            # A slot from the hash, probing past a different media that holds it.
+            slot = int(hashlib.sha256(entry.media_id.encode()).hexdigest()[:12], 16) % MEDIA_SLOTS
+            while slot in self._by_slot:
+                slot = (slot + 1) % MEDIA_SLOTS
+            self._by_slot[slot] = entry
+            self._slot_of[entry.media_id] = slot
+            self._bytes += entry.embeddings.nbytes
+            while self._bytes > self.max_bytes and len(self._by_slot) > 1:
+                _, old = self._by_slot.popitem(last=False)
+                del self._slot_of[old.media_id]
+                self._bytes -= old.embeddings.nbytes
+            return slot
+
+    def row(self, token: int) -> tuple[np.ndarray, bool] | None:
+        """The embedding a placeholder stands for, and whether its media wants full attention."""
+        slot, k = media_slot(token)
+        with self._lock:
+            entry = self._by_slot.get(slot)
+        if entry is None or k >= len(entry.embeddings):
+            return None
+        return entry.embeddings[k], entry.non_causal
+
+
+class MediaPrompter:
+    """A projector and its store, as the HTTP side's `MediaTokenizer`."""
+
+    def __init__(self, projector: Projector, store: MediaStore) -> None:
+        self.projector = projector
+        self.store = store
+
+    @property
+    def vision(self) -> bool:
+        return self.projector.vision
+
+    @property
+    def audio(self) -> bool:
+        return self.projector.audio
+
+    @property
+    def marker(self) -> str:
+        return self.projector.marker
+
+    def tokenize(self, text: str, media: list[bytes], *, add_special: bool, parse_special: bool = True) -> list[int]:
+        chunks = self.projector.tokenize(text, media, add_special=add_special, parse_special=parse_special)
+        try:
+            tokens: list[int] = []
+            for chunk in chunks:
+                if chunk.kind == CHUNK_TEXT:
+                    tokens += chunk.tokens
+                    continue
+                if chunk.n_tokens > MEDIA_SPAN:
+                    raise MediaError(f"a media item needs {chunk.n_tokens} tokens; at most {MEDIA_SPAN} are supported")
+                slot = self.store.find(chunk.media_id)
+                if slot is None:
+                    embd = self.projector.encode(chunk)
+                    self.store.encodes += 1
+                    slot = self.store.put(Encoded(chunk.media_id, embd, chunk.non_causal))
+                tokens += [media_token(slot, k) for k in range(chunk.n_tokens)]
+            return tokens
+        finally:
+            Projector.release(chunks)
