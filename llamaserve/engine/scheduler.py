@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from llamaserve.engine.admission import AdmissionControl, QueueFull, QueueLimits, prefill_order
+from llamaserve.engine.backend import media_slot
 from llamaserve.engine.inbox import Abort, Call, Message, Shutdown, Submit
 from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.reasoning_budget import ReasoningBudget
@@ -452,8 +453,15 @@ class Scheduler:
                 break
             start = slot.n_past
             scoring = slot.task is not None and slot.task.request.prompt_logprobs
-            # Keeping every row's logits costs a vocabulary-sized row each: smaller chunks.
-            chunk = _one_kind(slot.prompt[start : start + (min(budget, 64) if scoring else budget)])
+            if slot.prompt[start] < 0:
+                # An image or audio clip goes in one step, whole: projectors such as gemma3's
+                # want its embeddings to attend to each other, which holds only within one
+                # decode. It may take the step past the text budget, as media rows go to the
+                # runner's batch of embeddings, not the token batch.
+                chunk = _media_item(slot.prompt, start, self.runner.n_ubatch)
+            else:
+                # Keeping every row's logits costs a vocabulary-sized row each: smaller chunks.
+                chunk = _one_kind(slot.prompt[start : start + (min(budget, 64) if scoring else budget)])
             last_chunk = start + len(chunk) == len(slot.prompt)
             samplers = [slot.sampler, *(f.sampler for f in slot.followers)] if last_chunk else []
             n_probs = slot.task.request.n_probs if slot.task else -1
@@ -620,6 +628,16 @@ class Scheduler:
         for group in waiting:
             for task in group:
                 task.sink([Failed(message, kind="unavailable_error", status=503)])
+
+
+def _media_item(prompt: list[int], start: int, limit: int) -> list[int]:
+    """The placeholders of the media item that begins at ``start``, at most ``limit`` of them
+    (an item longer than a micro-batch cannot be decoded in one anyway)."""
+    item = media_slot(prompt[start])[0]
+    end = start
+    while end < len(prompt) and end - start < limit and prompt[end] < 0 and media_slot(prompt[end])[0] == item:
+        end += 1
+    return prompt[start:end]
 
 
 def _one_kind(chunk: list[int]) -> list[int]:

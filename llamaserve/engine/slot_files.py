@@ -105,6 +105,13 @@ class SlotFiles:
         if n_read == 0:
             runner.seq_remove(slot.id, 0, -1)  # a half-read state must not linger
             return 0, []
+        # Media placeholders name entries of this process's media store: in a file they may mean
+        # another image than the one a later prompt carries, so the KV from the first one on
+        # is dropped and only the text before it is kept.
+        media_at = next((i for i, t in enumerate(tokens) if t < 0), -1)
+        if media_at >= 0:
+            runner.seq_remove(slot.id, media_at, -1)
+            tokens = tokens[:media_at]
         slot.cache_tokens = tokens
         slot.cache_hashes = []
         return n_read, tokens

@@ -37,6 +37,11 @@ class MediaStore:
         self._lock = threading.Lock()
         self._by_slot: OrderedDict[int, Encoded] = OrderedDict()
         self._slot_of: dict[str, int] = {}
+        # Which media each slot number was ever given to. KV computed for a media's
+        # placeholders can outlive the media's entry (slots, the host-memory cache), so a slot
+        # number is never handed to a different media: the same placeholders always mean the
+        # same content, and an evicted media that comes back gets its old number again.
+        self._owner: dict[int, str] = {}
         self._bytes = 0
         self.encodes = 0  # encoder passes so far (tests and /metrics-style checks)
 
@@ -53,10 +58,14 @@ class MediaStore:
             known = self._slot_of.get(entry.media_id)
             if known is not None:
                 return known
-            # A slot from the hash, probing past a different media that holds it.
+            # A slot from the hash, probing past numbers given to other media.
             slot = int(hashlib.sha256(entry.media_id.encode()).hexdigest()[:12], 16) % MEDIA_SLOTS
-            while slot in self._by_slot:
+            probes = 0
+            while self._owner.setdefault(slot, entry.media_id) != entry.media_id:
                 slot = (slot + 1) % MEDIA_SLOTS
+                probes += 1
+                if probes >= MEDIA_SLOTS:
+                    raise MediaError("this server has seen too many distinct media; restart it")
             self._by_slot[slot] = entry
             self._slot_of[entry.media_id] = slot
             self._bytes += entry.embeddings.nbytes

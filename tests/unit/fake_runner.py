@@ -69,7 +69,10 @@ class FakeRunner:
         return FakeSampler()
 
     def step(self, plan: list[PlanRow]) -> StepResult:
-        assert sum(len(r.tokens) for r in plan) <= self.n_ubatch, "plan exceeds the micro-batch budget"
+        # Media rows (negative placeholders) go to a batch of embeddings of their own.
+        text = sum(len(r.tokens) for r in plan if r.tokens and r.tokens[0] >= 0)
+        media = sum(len(r.tokens) for r in plan if r.tokens and r.tokens[0] < 0)
+        assert text <= self.n_ubatch and media <= self.n_ubatch, "plan exceeds the micro-batch budget"
         self.plans.append(plan)
         self.lora_per_step.append(self.lora)
         if self.fail_next:

@@ -260,3 +260,16 @@ def test_kv_computed_under_another_adapter_set_is_not_reused() -> None:
     _, same = submit(s, prompt + [3], n_predict=1, lora=(1.0,))
     run_until_idle(s)
     assert same.finished is not None and same.finished.n_cached == 20
+
+
+def test_a_restored_slot_keeps_only_the_text_before_its_first_media(tmp_path: Path) -> None:
+    # Media placeholders name this process's media store; after a restart they could stand for
+    # another image, so their KV is not restored (the text before them is).
+    s, runner = make(n_batch=64)
+    files = SlotFiles(s, str(tmp_path), {"file": "m"})
+    held = [5, 6, 7, -1, -2, -3, 8, 9]
+    runner.cells[0] = [[i, t] for i, t in enumerate(held)]
+    runner.save_seq_file(str(tmp_path / "m.bin"), 0, held)
+    restored = files.restore(0, "m.bin")
+    assert s.slots[0].cache_tokens == [5, 6, 7] and runner.tokens(0) == [5, 6, 7]
+    assert restored["n_restored"] == 3

@@ -397,3 +397,21 @@ def test_a_row_the_runner_cannot_decode_fails_only_its_slot() -> None:
     run_until_idle(s)
     assert image.failed is not None and "media gone" in image.failed.message
     assert text.finished is not None and text.finished.n_predicted == 20
+
+
+def test_an_image_is_decoded_in_one_step_even_beside_generating_slots() -> None:
+    """Its embeddings must attend to each other (gemma3), which holds only within one decode."""
+    from llamaserve.engine.backend import media_token
+
+    s, runner = make(n_slots=2, n_batch=16)
+    runner.scripts = {(9,): [5] * 30 + [EOG]}
+    submit(s, [9])
+    s._drain_inbox(block=False)
+    s._step()  # slot 0 generates from now on, taking one row of every step
+    image = [media_token(3, k) for k in range(16)]  # a whole micro-batch
+    prompt = [1, 2, *image, 4]
+    _, c = submit(s, prompt, n_predict=1)
+    run_until_idle(s)
+    assert c.finished is not None
+    media_rows = [r.tokens for p in runner.plans for r in p if r.tokens and r.tokens[0] < 0]
+    assert media_rows == [image]
