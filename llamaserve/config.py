@@ -285,6 +285,9 @@ class ServerConfig:
                 raise ConfigError(f"--models-preset: file not found: {self.models_preset}")
             if self.models_max < 0 or self.models_memory_max < 0:
                 raise ConfigError("--models-max and --models-memory-max must be >= 0")
+            if self.api_prefix or self.gcp_predict_route:
+                what = "--api-prefix" if self.api_prefix else "AIP_MODE=PREDICTION"
+                raise ConfigError(f"{what} is not supported in router mode (no model given)")
         elif not (self.hf_repo or self.model_url or self.docker_repo) and not os.path.isfile(self.model):
             raise ConfigError(f"model file not found: {self.model}")
         if self.n_parallel == 0 or self.n_parallel < -1:

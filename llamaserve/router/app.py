@@ -11,11 +11,13 @@ web UI's files; API keys are checked here once, the children have none.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,7 +32,8 @@ from llamaserve.errors import APIError
 from llamaserve.router.catalog import ModelSpec
 from llamaserve.router.metrics import merge_metrics
 from llamaserve.router.proxy import Upstream
-from llamaserve.router.registry import FAKE_DELAY_S, LOADED, SLEEPING, Instance, Registry
+from llamaserve.router.registry import FAKE_DELAY_S, LOADED, LOADING, SLEEPING, Instance, Registry
+from llamaserve.router.streams import CONV_HEADER, ConversationOwners
 from llamaserve.sse import data_event
 from llamaserve.webui import STATIC_DIR, headers_for
 
@@ -76,11 +79,11 @@ async def _model_of(request: Request, body: bytes) -> str:
     return _model_from_json(body)
 
 
-def _static(path: str) -> Response | None:
-    """A web UI file, when `path` names one (`/` is the page)."""
+def _static(root: Path, path: str) -> Response | None:
+    """A file of the web UI (or of --path), when `path` names one (`/` is the page)."""
     rel = path.lstrip("/") or "index.html"
-    target = (STATIC_DIR / rel).resolve()
-    if not target.is_relative_to(STATIC_DIR) or not target.is_file():
+    target = (root / rel).resolve()
+    if not target.is_relative_to(root) or not target.is_file():
         return None
     return FileResponse(target, headers=headers_for(str(target)))
 
@@ -110,6 +113,9 @@ def create_router_app(
         log.exception("unhandled error on %s", request.url.path)
         return _json(APIError(f"internal error: {type(exc).__name__}", "server_error").openai_body(), 500)
 
+    owners = ConversationOwners()
+    static_root = Path(config.static_path).resolve() if config.static_path else STATIC_DIR
+
     def validate(name: str, autoload: bool) -> Instance:
         if not name:
             raise APIError("model name is missing from the request")
@@ -120,11 +126,21 @@ def create_router_app(
             raise APIError("model is not loaded")
         return inst
 
-    async def forward(request: Request, inst: Instance, body: bytes, *, touch: bool) -> Response:
-        await registry.acquire(inst, request.is_disconnected, touch=touch)
+    async def forward(
+        request: Request,
+        inst: Instance,
+        body: bytes,
+        *,
+        touch: bool,
+        gone: Callable[[], Awaitable[bool]],
+        conv: tuple[str, int] | None = None,
+    ) -> Response:
+        await registry.acquire(inst, gone, touch=touch)
         try:
             if registry.fake_timing:
                 await asyncio.sleep(FAKE_DELAY_S)
+            if conv is not None and not owners.alive(*conv):
+                raise APIError("request cancelled by a stop while the model was loading")
             child = inst.child
             if child is None:
                 raise APIError(f"model '{inst.name}' stopped", "unavailable_error")
@@ -144,7 +160,83 @@ def create_router_app(
     async def routed(request: Request, *, touch: bool) -> Response:
         body = await request.body()
         inst = validate(await _model_of(request, body), _autoload(request, config.models_autoload))
-        return await forward(request, inst, body, touch=touch)
+        conv_id = request.headers.get(CONV_HEADER, "") if request.method == "POST" else ""
+        ticket = owners.remember(conv_id, inst.name)
+        if not ticket:
+            return await forward(request, inst, body, touch=touch, gone=request.is_disconnected)
+
+        # A session request keeps waiting for its model when its client drops (a later resume
+        # reads the session); only a stop of the conversation cancels it.
+        async def stopped() -> bool:
+            return not owners.alive(conv_id, ticket)
+
+        try:
+            return await forward(request, inst, body, touch=touch, gone=stopped, conv=(conv_id, ticket))
+        except APIError as exc:
+            if exc.status == 499 and not owners.alive(conv_id, ticket):
+                raise APIError("request cancelled by a stop while the model was loading") from exc
+            raise
+
+    def owner_of(conv_id: str) -> Instance | None:
+        """The loaded model serving a conversation's stream; 503 while it is still loading."""
+        if not conv_id:
+            raise APIError("Missing conversation id in path")
+        name = owners.model_of(conv_id)
+        inst = registry.resolve(name) if name else None
+        if inst is None:
+            return None
+        if inst.status in (LOADED, SLEEPING) and inst.child is not None:
+            return inst
+        if inst.status == LOADING:
+            raise APIError("Stream owner model is loading, retry later", "unavailable_error")
+        return None
+
+    @app.get("/v1/stream")
+    async def stream_get(request: Request) -> Response:
+        inst = owner_of(request.query_params.get("conv_id", ""))
+        if inst is None:
+            raise APIError("Stream not found or expired", "not_found_error")
+        return await forward(request, inst, b"", touch=False, gone=request.is_disconnected)
+
+    @app.delete("/v1/stream")
+    async def stream_delete(request: Request) -> Response:
+        conv_id = request.query_params.get("conv_id", "")
+        try:
+            inst = owner_of(conv_id)
+        except APIError as exc:
+            if exc.status != 503:
+                raise
+            inst = None  # still loading: forgetting the entry below cancels the parked request
+        if inst is not None and inst.child is not None:
+            with contextlib.suppress(httpx.HTTPError):
+                await upstream.client.delete(inst.child.base_url + "/v1/stream", params={"conv_id": conv_id}, timeout=5)
+        owners.forget(conv_id)
+        return Response(status_code=204)
+
+    @app.post("/v1/streams/lookup")
+    async def streams_lookup(request: Request) -> Response:
+        try:
+            parsed = json.loads(await request.body() or b"{}")
+        except ValueError:
+            return _json([])
+        ids = parsed.get("conversation_ids") if isinstance(parsed, dict) else None
+        per_child: dict[str, list[str]] = {}
+        for conv_id in ids if isinstance(ids, list) else []:
+            if not isinstance(conv_id, str) or not conv_id:
+                continue
+            with contextlib.suppress(APIError):
+                inst = owner_of(conv_id)
+                if inst is not None and inst.child is not None:
+                    per_child.setdefault(inst.child.base_url, []).append(conv_id)
+        found: list[Any] = []
+        for base_url, wanted in per_child.items():
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                answer = await upstream.client.post(
+                    base_url + "/v1/streams/lookup", json={"conversation_ids": wanted}, timeout=5
+                )
+                if answer.status_code == 200 and isinstance(answer.json(), list):
+                    found += [e for e in answer.json() if isinstance(e, dict)]
+        return _json(found)
 
     @app.get("/health")
     @app.get("/v1/health")
@@ -279,8 +371,8 @@ def create_router_app(
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     async def any_route(request: Request, path: str) -> Response:
-        if request.method == "GET" and not request.query_params.get("model") and config.webui:
-            page = _static(request.url.path)
+        if request.method == "GET" and not request.query_params.get("model") and (config.webui or config.static_path):
+            page = _static(static_root, request.url.path)
             if page is not None:
                 return page
         return await routed(request, touch=request.method == "POST")

@@ -37,7 +37,7 @@ def _catalog(tmp: Path, model_path: str, extra_ini: str = "") -> tuple[Path, Pat
     preset = tmp / "presets.ini"
     preset.write_text(
         "version = 1\n\n[*]\nctx-size = 1024\n\n"
-        f"[{CODER}]\nmodel = {qwen_coder()}\nctx-size = 1536\nalias = coder\nstop-timeout = 5\n" + extra_ini
+        f"[{CODER}]\nmodel = {qwen_coder()}\nctx-size = 2048\nalias = coder\nstop-timeout = 5\n" + extra_ini
     )
     return models, preset
 
@@ -67,6 +67,17 @@ def _models(url: str, headers: dict[str, str] | None = None) -> dict[str, dict[s
 def _chat(url: str, model: str, headers: dict[str, str] | None = None, **extra: Any) -> httpx.Response:
     body = {"model": model, "messages": PROMPT, "max_tokens": 5, "temperature": 0, **extra}
     return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=180)
+
+
+def _loaded(url: str, *names: str) -> None:
+    """Each model loaded (through /models/load when it is not), without a generation."""
+    for name in names:
+        if _models(url)[name]["status"]["value"] != "loaded":
+            httpx.post(f"{url}/models/load", json={"model": name}, timeout=30)
+        deadline = time.time() + 120
+        while _models(url)[name]["status"]["value"] != "loaded":
+            assert time.time() < deadline, f"{name} did not load"
+            time.sleep(0.1)
 
 
 def _child_port(url: str, model: str) -> int:
@@ -120,15 +131,14 @@ def test_each_request_is_answered_by_the_model_it_names(router: RunningServer, m
 
 
 def test_preset_sets_context_size_and_alias_seen_in_models(router: RunningServer) -> None:
-    assert _chat(router.url, CODER).status_code == 200
-    assert _chat(router.url, SMOL).status_code == 200
+    _loaded(router.url, CODER, SMOL)
     listed = _models(router.url)
     coder = listed[CODER]
     assert coder["aliases"] == ["coder"]
     assert coder["source"] == "preset"
     assert coder["status"]["value"] == "loaded"
-    assert "ctx-size = 1536" in coder["status"]["preset"]
-    assert coder["meta"]["n_ctx"] == 1536 // 4  # what the running child reports: each of -np 4 slots a quarter
+    assert "ctx-size = 2048" in coder["status"]["preset"]
+    assert coder["meta"]["n_ctx"] == 2048 // 4  # what the running child reports: each of -np 4 slots a quarter
     assert listed[SMOL]["source"] == "models_dir"
     args = listed[SMOL]["status"]["args"]
     assert args[args.index("-c") + 1] == "1024"  # from the [*] section
@@ -167,7 +177,7 @@ def test_eight_concurrent_streams_over_both_models_complete(router: RunningServe
 
 
 def test_a_client_that_leaves_frees_the_childs_slot(router: RunningServer) -> None:
-    assert _chat(router.url, SMOL).status_code == 200
+    _loaded(router.url, SMOL)
     child = f"http://127.0.0.1:{_child_port(router.url, SMOL)}"
     body = {"model": SMOL, "prompt": "Count:", "n_predict": 2000, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", f"{router.url}/completion", json=body, timeout=60) as res:
@@ -184,8 +194,7 @@ def test_a_client_that_leaves_frees_the_childs_slot(router: RunningServer) -> No
 
 
 def test_a_child_killed_mid_stream_ends_that_stream_with_an_error_and_reloads(router: RunningServer) -> None:
-    assert _chat(router.url, SMOL).status_code == 200
-    assert _chat(router.url, CODER).status_code == 200
+    _loaded(router.url, SMOL, CODER)
     pid = _child_pid(_child_port(router.url, SMOL))
     other: list[int] = []
     body = {"model": SMOL, "prompt": "Count:", "n_predict": 2000, "ignore_eos": True, "stream": True}
@@ -223,8 +232,7 @@ def test_a_failed_load_reports_its_exit_code_and_log_and_retries_only_when_asked
 
 
 def test_metrics_are_labelled_by_model_and_props_routes_by_query(router: RunningServer) -> None:
-    assert _chat(router.url, SMOL).status_code == 200
-    assert _chat(router.url, CODER).status_code == 200
+    _loaded(router.url, SMOL, CODER)
     text = httpx.get(f"{router.url}/metrics", timeout=30).text
     assert f'llamacpp:tokens_predicted_total{{model="{SMOL}"}}' in text
     assert f'llamacpp:tokens_predicted_total{{model="{CODER}"}}' in text
