@@ -101,7 +101,9 @@ def create_router_app(
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> Response:
-        return _json(exc.openai_body(), exc.status)
+        # The Anthropic routes answer in Anthropic's envelope, as on a single-model server.
+        anthropic = request.url.path.startswith("/v1/messages")
+        return _json(exc.anthropic_body() if anthropic else exc.openai_body(), exc.status)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -158,6 +158,25 @@ def test_unknown_or_missing_model_is_a_400_naming_it(router: RunningServer) -> N
     assert load.status_code == 404 and load.json()["error"]["message"] == "model is not found"
 
 
+def test_the_other_api_families_go_through_the_router(router: RunningServer) -> None:
+    _loaded(router.url, SMOL)
+    msg = {"model": SMOL, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
+    anthropic = httpx.post(f"{router.url}/v1/messages", json=msg, timeout=120)
+    assert anthropic.status_code == 200 and anthropic.json()["type"] == "message"
+    responses = httpx.post(
+        f"{router.url}/v1/responses", json={"model": SMOL, "input": "Hi", "max_output_tokens": 4}, timeout=120
+    )
+    assert responses.status_code == 200 and responses.json()["object"] == "response"
+    tokens = httpx.post(f"{router.url}/tokenize", json={"model": SMOL, "content": "hello world"}, timeout=30)
+    assert tokens.status_code == 200 and tokens.json()["tokens"]
+    # A multipart body names its model in a form field.
+    form = httpx.post(f"{router.url}/tokenize", data={"model": "nobody"}, files={"f": b"x"}, timeout=30)
+    assert form.status_code == 400 and "nobody" in form.json()["error"]["message"]
+    unknown = httpx.post(f"{router.url}/v1/messages", json={**msg, "model": "nobody"}, timeout=30)
+    assert unknown.status_code == 400
+    assert unknown.json()["type"] == "error" and "nobody" in unknown.json()["error"]["message"]
+
+
 def test_eight_concurrent_streams_over_both_models_complete(router: RunningServer) -> None:
     def stream(i: int) -> tuple[str, list[str], str]:
         name = (SMOL, CODER)[i % 2]
