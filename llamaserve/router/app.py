@@ -138,16 +138,17 @@ def create_router_app(
         conv: tuple[str, int] | None = None,
     ) -> Response:
         await registry.acquire(inst, gone, touch=touch)
+        leased = inst.child  # the lease belongs to this process, not to a later one of the model
         try:
             if registry.fake_timing:
                 await asyncio.sleep(FAKE_DELAY_S)
             if conv is not None and not owners.alive(*conv):
                 raise APIError("request cancelled by a stop while the model was loading")
             child = inst.child
-            if child is None:
+            if child is None or child is not leased:
                 raise APIError(f"model '{inst.name}' stopped", "unavailable_error")
         except BaseException:
-            registry.release(inst)
+            registry.release(inst, leased)
             raise
         return await upstream.forward(
             child.base_url,
@@ -156,7 +157,7 @@ def create_router_app(
             request.url.query,
             request.headers.items(),
             body,
-            on_done=lambda: registry.release(inst),
+            on_done=lambda: registry.release(inst, child),
         )
 
     async def routed(request: Request, *, touch: bool) -> Response:

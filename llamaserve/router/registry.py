@@ -265,8 +265,9 @@ class Registry:
                 self._tick()
                 self._changed()
 
-    def release(self, inst: Instance) -> None:
-        if inst.req_count > 0:
+    def release(self, inst: Instance, child: Child | None) -> None:
+        """End a lease taken on `child`; a lease on a process that has since exited is already gone."""
+        if child is inst.child and inst.req_count > 0:
             inst.req_count -= 1
             if inst.req_count == 0:
                 self._tick()
