@@ -265,6 +265,13 @@ class ServerConfig:
     mcp_servers_json: str | None = None
     ui_mcp_proxy: bool = False
     tools_root: str | None = None
+    # router mode (no model given): where the models come from and how many run at once
+    models_dir: str | None = None
+    models_preset: str | None = None
+    models_max: int = 4  # 0: no limit
+    models_autoload: bool = True
+    models_memory_max: int = 0  # MiB of the children's measured memory; 0: no limit
+    router: bool = False  # no model given: serve the models above from child processes
     # The GPU-only flags given (-ngl, -ts, ...): on a CPU build the log says they have no effect.
     hardware_flags: tuple[str, ...] = ()
 
@@ -322,7 +329,17 @@ class ServerConfig:
             if not os.path.isfile(path):
                 raise ConfigError(f"LoRA adapter not found: {path}")
         # With -hf/--model-url the file may not exist yet: hub.resolve_model fetches it after this check.
-        if not (self.hf_repo or self.model_url or self.docker_repo) and not os.path.isfile(self.model):
+        if self.router:
+            if self.models_dir and not os.path.isdir(self.models_dir):
+                raise ConfigError(f"--models-dir: '{self.models_dir}' does not exist or is not a directory")
+            if self.models_preset and not os.path.isfile(self.models_preset):
+                raise ConfigError(f"--models-preset: file not found: {self.models_preset}")
+            if self.models_max < 0 or self.models_memory_max < 0:
+                raise ConfigError("--models-max and --models-memory-max must be >= 0")
+            if self.api_prefix or self.gcp_predict_route:
+                what = "--api-prefix" if self.api_prefix else "AIP_MODE=PREDICTION"
+                raise ConfigError(f"{what} is not supported in router mode (no model given)")
+        elif not (self.hf_repo or self.model_url or self.docker_repo) and not os.path.isfile(self.model):
             raise ConfigError(f"model file not found: {self.model}")
         if self.n_parallel == 0 or self.n_parallel < -1:
             raise ConfigError("--parallel must be -1 (auto) or at least 1")

@@ -24,6 +24,7 @@ import uvicorn
 from llamaserve.api.app import create_app
 from llamaserve.api.listen import BindError, close_listeners, open_listeners
 from llamaserve.api.logs import setup_logging
+from llamaserve.api.parent_watch import exit_when_stdin_closes, is_router_child
 from llamaserve.api.routes_tools import toolbox_from_config
 from llamaserve.api.shutdown import DrainMiddleware
 from llamaserve.api.threads import size_worker_threads
@@ -132,6 +133,8 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
     # KeyboardInterrupt after a clean shutdown; `stop` only asks for the
     # shutdown, which also covers a signal that comes before uvicorn listens.
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if is_router_child():
+        exit_when_stdin_closes(lambda: setattr(server, "should_exit", True))
     loader = threading.Thread(target=load, name="llamaserve-load", daemon=True)
     loader.start()
 

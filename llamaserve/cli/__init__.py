@@ -56,6 +56,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "llama-server") -> int:
     except KeyboardInterrupt:  # Ctrl-C during a download: the .part file stays for a resume
         sys.stderr.write("interrupted\n")
         return 130
+    if config.router:
+        from llamaserve.router import serve_router  # deferred: a router never loads libllama
+
+        return serve_router(config, args, env)
     from llamaserve.compose import serve  # deferred: --help and a bad flag answer without loading libllama
 
     return serve(config)

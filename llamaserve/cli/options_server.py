@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llamaserve.cli import values as v
-from llamaserve.cli.opt import MULTIMODAL, ROUTER, SERVER, SPECULATIVE, Opt, row
+from llamaserve.cli.opt import MULTIMODAL, SERVER, SPECULATIVE, Opt, row
 
 SERVER_OPTIONS: tuple[Opt, ...] = (
     row(
@@ -525,31 +525,27 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
     ),
     row(
         "--models-dir",
-        "router",
+        "models_dir",
         metavar="PATH",
         env="LLAMA_ARG_MODELS_DIR",
         group=SERVER,
-        feature=ROUTER,
         help="folder of models for router mode",
     ),
     row(
         "--models-preset",
-        "router",
+        "models_preset",
         metavar="PATH",
         env="LLAMA_ARG_MODELS_PRESET",
         group=SERVER,
-        feature=ROUTER,
         help="INI file of model presets for router mode",
     ),
     row(
         "--models-max",
-        "router",
+        "models_max",
         type=v.integer,
         metavar="N",
         env="LLAMA_ARG_MODELS_MAX",
         group=SERVER,
-        feature=ROUTER,
-        inert=(4,),
         help="models loaded at once in router mode (0: no limit)",
     ),
     row(
@@ -559,9 +555,16 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
         neg="--no-models-autoload",
         env="LLAMA_ARG_MODELS_AUTOLOAD",
         group=SERVER,
-        feature=ROUTER,
-        inert=(True,),
         help="load models on demand in router mode",
+    ),
+    row(
+        "--models-memory-max",
+        "models_memory_max",
+        type=v.integer,
+        metavar="MiB",
+        env="LLAMA_ARG_MODELS_MEMORY_MAX",
+        group=SERVER,
+        help="router mode: unload idle models while the loaded ones use more than N MiB (0: no limit)",
     ),
     row(
         "--jinja",

@@ -30,6 +30,8 @@ def _clean_env(tmp: Path, extra: dict[str, str]) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env["LLAMA_ARG_RESPONSES_DB"] = str(tmp / "responses.sqlite3")
     env["LLAMA_ARG_THREADS"] = "2"
+    # An empty download cache: with models cached, no model named would start a router.
+    env["LLAMA_CACHE"] = str(tmp / "cache")
     return {**env, **extra}
 
 

@@ -189,7 +189,6 @@ def test_presets_set_the_repo_and_settings_and_flags_after_them_win() -> None:
 @pytest.mark.parametrize(
     ("argv", "feature"),
     [
-        (["--models-dir", "/tmp"], "router mode"),
         (["-md", "draft.gguf"], "speculative decoding"),
         (["--spec-type", "ngram-mod"], "speculative decoding"),
         (["--mmproj-device", "CPU"], "multimodal"),

@@ -38,7 +38,24 @@ ALLOWED: dict[str, set[str]] = {
     "hub": {"config"},
     "serving": {"engine", "chat", "protocol", "errors", "sse", "config", "jsondepth"},
     "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools"},
-    "cli": {"config", "engine.sampling", "hub", "compose"},
+    "cli": {"config", "engine.sampling", "hub", "compose", "router"},
+    # Router mode speaks HTTP to child processes of our own server and never imports the engine:
+    # it reads the flag table (presets), the hub's cache listing, and shares the API's
+    # key/CORS/log middleware, listeners and logging setup, and the web UI's files.
+    "router": {
+        "config",
+        "hub",
+        "errors",
+        "sse",
+        "cli.options",
+        "cli.opt",
+        "api.middleware",
+        "api.cors",
+        "api.listen",
+        "api.logs",
+        "api.parent_watch",
+        "webui",
+    },
     # `llama <command>`: serve goes through cli, download through hub, version asks llama/ of its build.
     "unified_cli": {"cli", "hub", "llama.buildinfo"},
     "compose": {"*"},  # the composition root wires everything together
@@ -51,9 +68,9 @@ RESTRICTED: dict[str, set[str]] = {
     "llama_cpp": {"llama"},  # the native library stays behind llama/
     "ctypes": {"llama"},
     "pydantic": {"protocol", "serving", "api", "errors"},  # pydantic never reaches the engine
-    "fastapi": {"api"},
-    "starlette": {"api", "webui"},
-    "uvicorn": {"api"},
+    "fastapi": {"api", "router"},
+    "starlette": {"api", "webui", "router"},
+    "uvicorn": {"api", "router"},
     "mcp": {"tools"},  # the MCP SDK speaks to MCP servers from tools/mcp.py only
 }
 

@@ -469,6 +469,43 @@ def test_header_shows_model_and_context_and_picker(new_page: Callable[..., Page]
     assert chats.bodies[0]["model"] == "other-model"
 
 
+def test_router_picker_shows_each_models_state_and_a_failed_loads_reason(
+    new_page: Callable[..., Page], ui_server: UIServer
+) -> None:
+    props = {**ui_server.get_json("/props"), "role": "router", "model_alias": "llama-server", "model_path": "none"}
+    listing = {
+        "object": "list",
+        "data": [
+            {"id": "coder", "object": "model", "status": {"value": "loaded", "args": []}},
+            {
+                "id": "broken",
+                "object": "model",
+                "status": {"value": "unloaded", "failed": True, "exit_code": 1, "log_tail": ["bad magic"]},
+            },
+        ],
+    }
+    page = new_page(ui_server, goto=False)
+    asked: list[str] = []
+
+    def on_props(route: Route) -> None:
+        asked.append(route.request.url)
+        if "model=broken" in route.request.url:
+            error = {"code": 503, "message": "model 'broken' failed to load (exit code 1): bad magic", "type": "x"}
+            route.fulfill(status=503, json={"error": error})
+        else:
+            route.fulfill(json=props)
+
+    page.route("**/props*", on_props)
+    page.route("**/v1/models", lambda route: route.fulfill(json=listing))
+    open_ui(page)
+    picker = page.get_by_test_id("model-select")
+    expect(picker).to_be_visible()
+    expect(picker.locator("option")).to_have_text(["coder · loaded", "broken · failed (exit code 1)"])
+    picker.select_option("broken")  # selecting loads it: the router answers why it cannot
+    expect(page.locator(".toast")).to_contain_text("failed to load (exit code 1): bad magic")
+    assert any("model=broken" in url for url in asked)
+
+
 # ------------------------------------------------------------------ API key
 
 

@@ -83,6 +83,8 @@ const state = {
   gen: null,           // {controller, conv, msg} while an answer streams
   modelName: "",
   models: [],
+  modelStatus: {},
+  router: false,
   model: lsGet(LS.model) || "",
   nCtx: 0,
   stick: true,         // keep the view pinned to the newest text
@@ -1183,6 +1185,8 @@ async function loadServerInfo() {
   if (models.status === "fulfilled") {
     const data = Array.isArray(models.value?.data) ? models.value.data : [];
     state.models = data.map((m) => String(m.id)).filter(Boolean);
+    // A router lists each model's state (loaded, loading, unloaded, failed with its reason).
+    state.modelStatus = Object.fromEntries(data.filter((m) => m.status).map((m) => [String(m.id), m.status]));
   } else {
     problem = models.reason;
   }
@@ -1196,7 +1200,10 @@ async function loadServerInfo() {
       document.documentElement.dataset.theme = uiTheme;
       document.documentElement.dataset.effectiveTheme = uiTheme;
     }
-    state.modelName = p.model_alias || (p.model_path ? String(p.model_path).split(/[\\/]/).pop() : "") || state.models[0] || "";
+    state.router = p.role === "router";
+    state.modelName = state.router
+      ? ""
+      : p.model_alias || (p.model_path ? String(p.model_path).split(/[\\/]/).pop() : "") || state.models[0] || "";
     state.nCtx = Number(dgs.n_ctx) || 0;
     const mod = p.modalities || {};
     state.modalities = { vision: !!mod.vision, audio: !!mod.audio };
@@ -1220,20 +1227,30 @@ async function loadServerInfo() {
   }
 }
 
+function statusLabel(status) {
+  if (!status) return "";
+  if (status.failed) return `failed (exit code ${status.exit_code})`;
+  return status.value || "";
+}
+
 function renderModelInfo() {
-  const many = state.models.length > 1;
+  const many = state.models.length > 1 || (state.router && state.models.length > 0);
   if (many) {
     if (!state.models.includes(state.model)) state.model = state.models.includes(state.modelName) ? state.modelName : state.models[0];
     el.modelSelect.replaceChildren(...state.models.map((id) => {
       const o = document.createElement("option");
+      const label = statusLabel(state.modelStatus?.[id]);
       o.value = id;
-      o.textContent = id;
+      o.textContent = label ? `${id} · ${label}` : id;
+      const tail = state.modelStatus?.[id]?.log_tail;
+      if (Array.isArray(tail) && tail.length) o.title = tail.slice(-3).join("\n");
       return o;
     }));
     el.modelSelect.value = state.model;
   } else {
     state.model = state.models[0] || "";
   }
+  if (state.router) state.modelName = state.model;
   el.modelSelect.hidden = !many;
   el.modelName.hidden = many;
   el.modelName.textContent = state.modelName || "No model";
@@ -1250,14 +1267,31 @@ function renderModelInfo() {
     : "Messages stay in this browser.";
 }
 
+async function refreshModelStatus() {
+  try {
+    const listing = await api.getJSON("/v1/models");
+    const data = Array.isArray(listing?.data) ? listing.data : [];
+    state.modelStatus = Object.fromEntries(data.filter((m) => m.status).map((m) => [String(m.id), m.status]));
+  } catch { /* keep the last states */ }
+}
+
 async function onModelChange() {
   state.model = el.modelSelect.value;
   lsSet(LS.model, state.model);
+  if (state.router) {
+    state.modelStatus = { ...state.modelStatus, [state.model]: { value: "loading" } };
+    renderModelInfo();
+  }
   try {
+    // On a router this loads the model (and waits for it).
     const p = await api.getJSON(`/props?model=${encodeURIComponent(state.model)}`);
     const n = Number(p?.default_generation_settings?.n_ctx);
     if (n) state.nCtx = n;
-  } catch { /* a single-model server ignores ?model= or refuses it: keep what we have */ }
+  } catch (err) {
+    // A single-model server ignores ?model= or refuses it: keep what we have. A router says why a load failed.
+    if (state.router) toast(`Could not load ${state.model}: ${err.message || err}`, { kind: "error", timeout: 8000 });
+  }
+  if (state.router) await refreshModelStatus();
   renderModelInfo();
   announce(`Model ${state.model} selected.`);
 }
