@@ -16,7 +16,7 @@ import functools
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -54,13 +54,18 @@ def _parsed(request: Request, body: bytes) -> Any:
         return None  # the member answers the bad body in its own words
 
 
-def _session(request: Request) -> str:
+def session_key(headers: Mapping[str, str], conv_id: str | None) -> str:
+    """What keeps a conversation together: `x-session-id`, a resumable stream's conversation id."""
     for name in SESSION_HEADERS:
-        value = request.headers.get(name)
+        value = headers.get(name)
         if value:
             return f"{name}:{value}"
-    conv = request.query_params.get("conv_id")
-    return f"x-conversation-id:{conv}" if conv else ""
+    return f"x-conversation-id:{conv_id}" if conv_id else ""
+
+
+def response_ids(seen: bytes) -> list[str]:
+    """The ids of created responses in the first bytes of an answer."""
+    return [m.decode() for m in _RESPONSE_ID.findall(seen)]
 
 
 def _sniffed(body: AsyncIterator[bytes], record: Callable[[str], None]) -> AsyncIterator[bytes]:
@@ -70,10 +75,10 @@ def _sniffed(body: AsyncIterator[bytes], record: Callable[[str], None]) -> Async
         async for chunk in body:
             if not found and len(seen) < _SNIFF_BYTES:
                 seen += chunk
-                match = _RESPONSE_ID.search(seen)
-                if match:
+                ids = response_ids(seen)
+                if ids:
                     found = True
-                    record(match.group(1).decode())
+                    record(ids[0])
             yield chunk
 
     return relay()
@@ -176,7 +181,7 @@ def create_front_app(config: ServerConfig, balancer: Balancer, upstream: Upstrea
         body = await request.body()
         parsed = _parsed(request, body)
         hashes = block_hashes(prompt_text(parsed)) if parsed is not None else []
-        session = _session(request)
+        session = session_key(request.headers, request.query_params.get("conv_id"))
         previous = ""
         if isinstance(parsed, dict) and isinstance(parsed.get("previous_response_id"), str):
             previous = parsed["previous_response_id"]

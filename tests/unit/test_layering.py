@@ -68,7 +68,7 @@ ALLOWED: dict[str, set[str]] = {
         "api.logs",
     },
     # Ray Serve: replicas run our server as a child process, the ingress chooses through scale/.
-    "ray": {"config", "errors", "sse", "scale", "router.proxy", "cli"},
+    "ray": {"config", "errors", "sse", "scale", "router.proxy", "router.metrics", "cli"},
     # `llama <command>`: serve goes through cli, download through hub, version asks llama/ of its build.
     "unified_cli": {"cli", "hub", "llama.buildinfo", "ray"},
     "compose": {"*"},  # the composition root wires everything together
