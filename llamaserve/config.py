@@ -61,6 +61,7 @@ class LoadConfig:
     control_vectors: tuple[str, ...] = ()
     control_vectors_scaled: tuple[str, ...] = ()
     control_vector_layers: tuple[str, str] | None = None
+    rpc_servers: tuple[str, ...] = ()  # --rpc: llama.cpp RPC servers (host:port) to offload layers to
 
     @property
     def effective_load_mode(self) -> str:

@@ -17,7 +17,7 @@ from llamaserve.engine.sampling import (
 )
 
 # Destinations that only mark a flag as given (features not built yet) and set no config field.
-_MARKERS = frozenset({"spec", "tools", "mmproj", "rpc", "removed", "mmproj_auto", "mmproj_offload"})
+_MARKERS = frozenset({"spec", "tools", "mmproj", "removed", "mmproj_auto", "mmproj_offload"})
 _PARTS = {f.name for f in fields(ServerConfig) if f.name in ("load", "tuning", "cpu", "cpu_batch")}
 
 
@@ -178,6 +178,8 @@ def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
     escape = bool(values.get("escape", True))
     sampling = _sampling(values, escape)
     keys = _api_keys(values)
+    if "load.rpc_servers" in values:
+        values["load.rpc_servers"] = _csv(values["load.rpc_servers"])
     if "upstreams" in values:
         values["upstreams"] = tuple(u.rstrip("/") for u in _csv(values["upstreams"]))
     for name in ("cors_origins", "cors_methods", "cors_headers", "alias", "tags"):
