@@ -9,6 +9,7 @@ object stores and workers they started), never other Ray processes of the machin
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,7 +30,7 @@ class RayCluster:
         for node in reversed(self.nodes):
             if node.poll() is None:
                 os.killpg(node.pid, signal.SIGTERM)
-        deadline = time.time() + 15
+        deadline = time.time() + 5
         for node in self.nodes:
             try:
                 node.wait(max(0.1, deadline - time.time()))
@@ -39,6 +40,7 @@ class RayCluster:
                 os.killpg(node.pid, signal.SIGKILL)  # whatever of the group is left
             except ProcessLookupError:
                 pass
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def _ports(base: int) -> list[str]:

@@ -41,7 +41,7 @@ class Stream(threading.Thread):
     def run(self) -> None:
         body = {
             "messages": [{"role": "user", "content": "Write a long story."}],
-            "max_tokens": 160,
+            "max_tokens": 100,
             "ignore_eos": True,
             "stream": True,
         }
@@ -112,8 +112,8 @@ def check_families(url: str, direct: str, members: set[str]) -> None:
 
 
 def check_prefix_sessions(url: str, members: set[str]) -> None:
-    """Four conversations, three turns each, interleaved, with no session header: the prefix routes them."""
-    topics = ["the sea", "mountains", "old trains", "city parks"]
+    """Three conversations, three turns each, interleaved, with no session header: the prefix routes them."""
+    topics = ["the sea", "mountains", "old trains"]
     history = {t: [{"role": "system", "content": f"You are a guide who only talks about {t}. " * 8}] for t in topics}
     seen: dict[str, list[str]] = {t: [] for t in topics}
     cached: dict[str, list[int]] = {t: [] for t in topics}

@@ -65,7 +65,7 @@ def test_every_api_family_answers_through_the_front(cluster: Cluster) -> None:
 
 
 def test_conversations_sharing_a_prefix_stay_on_one_server(cluster: Cluster) -> None:
-    """Four conversations, three turns each, interleaved, with no session header: the prefix routes them."""
+    """Three conversations, three turns each, interleaved, with no session header: the prefix routes them."""
     url = cluster.front.url
     check_prefix_sessions(url, {m.url for m in cluster.members})
 
@@ -86,7 +86,7 @@ def test_a_server_killed_mid_stream_fails_only_its_own_stream(cluster: Cluster) 
         s.join(120)
     survivor, killed = streams
     assert survivor.error is None and survivor.lines[-1] == "data: [DONE]"
-    assert len(data(survivor.lines)) > 150
+    assert len(data(survivor.lines)) > 90
     assert killed.lines[-1] != "data: [DONE]"
     error = json.loads(killed.lines[-1][6:])
     assert "error" in error and "stopped" in error["error"]["message"]
