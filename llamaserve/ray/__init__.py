@@ -23,10 +23,10 @@ def parse_autoscale(text: str) -> tuple[int, int]:
 
 def app(args: dict[str, str]) -> Any:
     """The application builder `serve run llamaserve.ray:app args=... replicas=N|autoscale=MIN:MAX` calls."""
-    from llamaserve.ray.deploy import build_app  # deferred: ray only when deploying
-
     unknown = set(args) - {"args", "replicas", "autoscale"}
     if unknown:
         raise ValueError(f"unknown arguments for llamaserve.ray:app: {', '.join(sorted(unknown))}")
     autoscale = parse_autoscale(args["autoscale"]) if args.get("autoscale") else None
+    from llamaserve.ray.deploy import build_app  # deferred: ray only when deploying
+
     return build_app(shlex.split(args.get("args", "")), int(args.get("replicas", "1")), autoscale)
