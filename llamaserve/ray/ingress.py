@@ -12,6 +12,7 @@ response's id from the answer and sends its `previous_response_id` followers the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections import OrderedDict
@@ -143,6 +144,10 @@ class Ingress:
                 if is_sse:
                     yield stream_error(path, f"the replica serving this request stopped ({type(exc).__name__})")
             finally:
+                # A client that went away: cancelling the call closes the replica's connection
+                # to its server, which frees the slot.
+                with contextlib.suppress(Exception):
+                    stream.cancel()
                 self.finished(replica)
 
         response = StreamingResponse(relay(), status_code=int(head["status"]))
