@@ -3,8 +3,8 @@
 # llamaserve uses, into .rpc/ (git-ignored): .rpc/lib holds a shared libllama with its ggml
 # libraries, which llama-cpp-python loads when LLAMA_CPP_LIB_PATH=.rpc/lib, and
 # .rpc/bin/rpc-server is llama.cpp's RPC server. The installed llama-cpp-python is left as it
-# is. Opt-in: `scripts/bootstrap --rpc` or LLAMASERVE_RPC=1 runs it; idempotent (FORCE=1
-# rebuilds). About 14 minutes on 2 busy cores, so CI does not build it.
+# is. scripts/bootstrap runs it (unless --no-rpc); idempotent (FORCE=1 rebuilds). Measured:
+# 207 s on 2 cores that were compiling llama-cpp-python at the same time.
 #
 # Environment: SDIST_DIR (an unpacked llama_cpp_python-0.3.36; default: downloaded),
 # JOBS (default 2), NICE (default 10), PYTHON (for pip download, default .venv/bin/python).
@@ -35,9 +35,13 @@ fi
 start=$(date +%s)
 CFLAGS="$FLAGS" CXXFLAGS="$FLAGS" cmake -S "$SRC/vendor/llama.cpp" -B "$OUT/build" -DCMAKE_BUILD_TYPE=Release \
     -DBUILD_SHARED_LIBS=ON -DGGML_RPC=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON >&2
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON \
+    -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON >&2
 nice -n "$NICE" cmake --build "$OUT/build" --config Release -j "$JOBS" --target llama ggml-rpc-server >&2
 mkdir -p "$OUT/lib" "$OUT/bin"
-find "$OUT/build/bin" "$OUT/build" -maxdepth 3 -name '*.so*' -exec cp -P {} "$OUT/lib/" \; 2>/dev/null
-cp "$OUT/build/bin/ggml-rpc-server" "$OUT/bin/rpc-server"
+# The libraries find each other through $ORIGIN: a libllama whose run path named the build
+# folder would load a second libggml there, with its own device registry.
+find "$OUT/build/bin" -maxdepth 1 -name '*.so*' -exec cp -P {} "$OUT/lib/" \;
+cp "$OUT/build/bin/ggml-rpc-server" "$OUT/lib/rpc-server"
+ln -sf ../lib/rpc-server "$OUT/bin/rpc-server"
 echo "rpc build done in $(($(date +%s) - start)) s: LLAMA_CPP_LIB_PATH=$OUT/lib, $OUT/bin/rpc-server" >&2
