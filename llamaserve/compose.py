@@ -196,6 +196,7 @@ def model_load_settings(config: ServerConfig) -> ModelLoadSettings:
         no_host=load.no_host,
         override_kv=load.override_kv,
         override_tensor=tuple(overrides),
+        rpc_servers=load.rpc_servers,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 from dataclasses import dataclass, field
 
 from llamaserve.engine.sampling import KNOWN_SAMPLERS, SamplingParams
@@ -60,6 +61,7 @@ class LoadConfig:
     control_vectors: tuple[str, ...] = ()
     control_vectors_scaled: tuple[str, ...] = ()
     control_vector_layers: tuple[str, str] | None = None
+    rpc_servers: tuple[str, ...] = ()  # --rpc: llama.cpp RPC servers (host:port) to offload layers to
 
     @property
     def effective_load_mode(self) -> str:
@@ -272,6 +274,8 @@ class ServerConfig:
     models_autoload: bool = True
     models_memory_max: int = 0  # MiB of the children's measured memory; 0: no limit
     router: bool = False  # no model given: serve the models above from child processes
+    # --upstreams: a front for these servers (base URLs), no model of its own
+    upstreams: tuple[str, ...] = ()
     # The GPU-only flags given (-ngl, -ts, ...): on a CPU build the log says they have no effect.
     hardware_flags: tuple[str, ...] = ()
 
@@ -329,7 +333,13 @@ class ServerConfig:
             if not os.path.isfile(path):
                 raise ConfigError(f"LoRA adapter not found: {path}")
         # With -hf/--model-url the file may not exist yet: hub.resolve_model fetches it after this check.
-        if self.router:
+        if self.upstreams:
+            for url in self.upstreams:
+                if not re.fullmatch(r"https?://[^/\s]+", url):
+                    raise ConfigError(f"--upstreams: not a base URL (http://host:port): {url!r}")
+            if self.model or self.hf_repo or self.model_url or self.docker_repo or self.router:
+                raise ConfigError("--upstreams forwards to other servers: it loads no model (no -m/-hf, no router)")
+        elif self.router:
             if self.models_dir and not os.path.isdir(self.models_dir):
                 raise ConfigError(f"--models-dir: '{self.models_dir}' does not exist or is not a directory")
             if self.models_preset and not os.path.isfile(self.models_preset):

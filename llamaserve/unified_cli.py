@@ -39,6 +39,10 @@ def _exit_code(exc: SystemExit) -> int:
 
 
 def _serve(args: list[str]) -> int:
+    if "--ray" in args:
+        from llamaserve.ray.cli import ray_main  # deferred: the optional Ray extra only with --ray
+
+        return ray_main(args)
     from llamaserve.cli import main  # deferred: the server's flags and config only when serving
 
     try:

@@ -56,6 +56,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "llama-server") -> int:
     except KeyboardInterrupt:  # Ctrl-C during a download: the .part file stays for a resume
         sys.stderr.write("interrupted\n")
         return 130
+    if config.upstreams:
+        from llamaserve.scale import serve_upstreams  # deferred: a front never loads libllama
+
+        return serve_upstreams(config)
     if config.router:
         from llamaserve.router import serve_router  # deferred: a router never loads libllama
 

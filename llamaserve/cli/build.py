@@ -17,7 +17,7 @@ from llamaserve.engine.sampling import (
 )
 
 # Destinations that only mark a flag as given (features not built yet) and set no config field.
-_MARKERS = frozenset({"spec", "mtmd_pending", "rpc", "removed"})
+_MARKERS = frozenset({"spec", "mtmd_pending", "removed"})
 _PARTS = {f.name for f in fields(ServerConfig) if f.name in ("load", "tuning", "cpu", "cpu_batch")}
 
 
@@ -211,6 +211,10 @@ def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
     escape = bool(values.get("escape", True))
     sampling = _sampling(values, escape)
     keys = _api_keys(values)
+    if "load.rpc_servers" in values:
+        values["load.rpc_servers"] = _csv(values["load.rpc_servers"])
+    if "upstreams" in values:
+        values["upstreams"] = tuple(u.rstrip("/") for u in _csv(values["upstreams"]))
     for name in ("cors_origins", "cors_methods", "cors_headers", "alias", "tags"):
         if name in values:
             values[name] = _csv(values[name])
@@ -229,7 +233,8 @@ def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
         values["default_grammar"] = _read_file(values.pop("default_grammar_file"), "--grammar-file")
     if "default_json_schema_file" in values:
         values["default_json_schema"] = _read_file(values.pop("default_json_schema_file"), "--json-schema-file")
-    if "model" not in values and not (values.get("hf_repo") or values.get("model_url") or values.get("docker_repo")):
+    no_model = not (values.get("hf_repo") or values.get("model_url") or values.get("docker_repo"))
+    if "model" not in values and no_model and not values.get("upstreams"):
         default = embedded_default_model()
         if default is None or _router_wanted(values, environ):
             values["router"] = True

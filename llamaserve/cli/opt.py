@@ -1,9 +1,8 @@
 """One flag of llama-server's: spellings, value check, environment variable, group, and what it sets.
 
 The rows themselves are in the `options_*.py` modules. A few stand for features that are filed
-but not built (router mode, multimodal input, speculative decoding, the RPC
-backend): they parse and check their value, and then the server refuses to start with a message
-that names the missing feature, never ignoring them.
+but not built (video input, speculative decoding): they parse and check their value, and then
+the server refuses to start with a message that names the missing feature, never ignoring them.
 """
 
 from __future__ import annotations
@@ -18,10 +17,8 @@ COMMON = "common params"
 SAMPLING = "sampling params"
 SERVER = "server-specific params"
 
-ROUTER = "router mode (several models behind one server)"
 MULTIMODAL = "multimodal input (mtmd)"
 SPECULATIVE = "speculative decoding"
-RPC = "llama.cpp's RPC backend"
 
 
 @dataclass(frozen=True)

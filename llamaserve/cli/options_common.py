@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llamaserve.cli import values as v
-from llamaserve.cli.opt import RPC, SPECULATIVE, Opt, row
+from llamaserve.cli.opt import SPECULATIVE, Opt, row
 
 _CTK = f"KV cache type for {{}} ({', '.join(v.KV_CACHE_TYPES)})"
 
@@ -256,11 +256,10 @@ COMMON_OPTIONS: tuple[Opt, ...] = (
     ),
     row(
         "--rpc",
-        "rpc",
+        "load.rpc_servers",
         metavar="SERVERS",
         env="LLAMA_ARG_RPC",
-        feature=RPC,
-        help="RPC servers, host:port comma-separated",
+        help="RPC servers, host:port comma-separated (llama.cpp's rpc-server; never on an untrusted network)",
     ),
     row(
         "-lm --load-mode",

@@ -567,6 +567,15 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
         help="router mode: unload idle models while the loaded ones use more than N MiB (0: no limit)",
     ),
     row(
+        "--upstreams",
+        "upstreams",
+        metavar="URL,...",
+        env="LLAMA_ARG_UPSTREAMS",
+        group=SERVER,
+        help="front for these servers (base URLs): no model here, each request routed by cached prefix, "
+        "session and load",
+    ),
+    row(
         "--jinja",
         "jinja",
         "pair",

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import ctypes
 import os
+import socket
 from dataclasses import dataclass
 
 import llama_cpp
 
-_LIB_DIR = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+# llama-cpp-python loads its libraries from LLAMA_CPP_LIB_PATH when set (an RPC build,
+# scripts/build_rpc.sh): the same files here, or the device registry would not be llama.cpp's.
+_LIB_DIR = os.environ.get("LLAMA_CPP_LIB_PATH") or os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
 DEVICE_TYPE_CPU = 0
+RPC_CONNECT_TIMEOUT_S = 5.0
 DEVICE_TYPE_GPU = 1
 DEVICE_TYPE_IGPU = 2
 
@@ -30,6 +34,13 @@ _ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
 _ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
 _ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
 _ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+_ggml.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+_ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+_ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
+_ggml.ggml_backend_register.restype = None
+# ggml_backend_reg_t (*)(const char * endpoint): the RPC backend's ggml_backend_rpc_add_server.
+_ADD_RPC_SERVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
+_rpc_registered: set[str] = set()
 for _fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
     getattr(_base, _fn).argtypes = [ctypes.c_void_p]
     getattr(_base, _fn).restype = ctypes.c_char_p
@@ -161,3 +172,41 @@ def cpu_backend_reg() -> int:
 
 def proc_address(reg: int, name: str) -> int:
     return int(_base.ggml_backend_reg_get_proc_address(reg, name.encode()) or 0)
+
+
+def _reachable(endpoint: str) -> None:
+    """A clear error for a bad or unreachable endpoint (llama.cpp aborts the process on one)."""
+    host, _, port = endpoint.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise DeviceError(f"--rpc: not a host:port endpoint: {endpoint!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=RPC_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise DeviceError(f"--rpc: cannot reach the RPC server {endpoint}: {exc}") from exc
+
+
+def add_rpc_servers(endpoints: tuple[str, ...]) -> None:
+    """--rpc: each `host:port` becomes a device of llama.cpp's RPC backend, as llama-server adds them.
+
+    Registered once per process; the devices then take part in offloading like a GPU (-ngl).
+    """
+    reg = _ggml.ggml_backend_reg_by_name(b"RPC")
+    if not reg:
+        raise DeviceError(
+            "--rpc: this build of llama.cpp has no RPC backend (build one with scripts/bootstrap --rpc "
+            "and start the server with LLAMA_CPP_LIB_PATH=.rpc/lib)"
+        )
+    address = proc_address(reg, "ggml_backend_rpc_add_server")
+    if not address:
+        raise DeviceError("--rpc: the RPC backend lacks ggml_backend_rpc_add_server")
+    add = _ADD_RPC_SERVER(address)
+    for endpoint in endpoints:
+        if endpoint in _rpc_registered:
+            continue
+        _reachable(endpoint)
+        server = add(endpoint.encode())
+        if not server:
+            raise DeviceError(f"--rpc: could not add the RPC server {endpoint}")
+        _ggml.ggml_backend_register(server)
+        _rpc_registered.add(endpoint)

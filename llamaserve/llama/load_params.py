@@ -12,7 +12,7 @@ from typing import Any
 
 import llama_cpp.llama_cpp as C
 
-from llamaserve.llama.devices import DeviceError, buffer_types, pick_devices
+from llamaserve.llama.devices import DeviceError, add_rpc_servers, buffer_types, pick_devices
 
 SPLIT_MODES = {
     "none": C.LLAMA_SPLIT_MODE_NONE,
@@ -55,6 +55,7 @@ class ModelLoadSettings:
     no_host: bool = False
     override_kv: tuple[str, ...] = ()  # KEY=TYPE:VALUE
     override_tensor: tuple[str, ...] = ()  # PATTERN=BUFFER_TYPE
+    rpc_servers: tuple[str, ...] = ()  # --rpc host:port endpoints, added as devices before the load
 
 
 class _BuftOverride(ctypes.Structure):
@@ -112,6 +113,11 @@ def _tensor_overrides(items: tuple[str, ...]) -> tuple[Any, list[bytes]]:
 
 def build(settings: ModelLoadSettings, *, vocab_only: bool = False) -> tuple[Any, list[Any]]:
     """(llama_model_params, the objects it points into)."""
+    if settings.rpc_servers:
+        try:
+            add_rpc_servers(settings.rpc_servers)
+        except DeviceError as exc:
+            raise LoadSettingsError(str(exc)) from exc
     params = C.llama_model_default_params()
     keep: list[Any] = []
     params.n_gpu_layers = settings.n_gpu_layers if settings.n_gpu_layers >= 0 else -1

@@ -43,9 +43,14 @@ _DROP_REQUEST = {
 _DROP_RESPONSE = {"server", "date", "transfer-encoding", "content-length", "keep-alive", "connection"}
 
 
+def forwardable_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The client's headers less those that describe its own connection (hop-by-hop, length)."""
+    return [(k, v) for k, v in headers if k.lower() not in _DROP_REQUEST]
+
+
 def request_headers(headers: Iterable[tuple[str, str]], host: str, length: int) -> list[tuple[bytes, bytes]]:
     out = [(b"host", host.encode("latin-1")), (b"content-length", str(length).encode())]
-    out += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers if k.lower() not in _DROP_REQUEST]
+    out += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in forwardable_headers(headers)]
     return out
 
 

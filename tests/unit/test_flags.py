@@ -192,7 +192,6 @@ def test_presets_set_the_repo_and_settings_and_flags_after_them_win() -> None:
         (["-md", "draft.gguf"], "speculative decoding"),
         (["--spec-type", "ngram-mod"], "speculative decoding"),
         (["--mmproj-device", "CPU"], "multimodal"),
-        (["--rpc", "127.0.0.1:50052"], "RPC backend"),
         (["--fim-qwen-7b-spec"], "speculative decoding"),
     ],
 )
@@ -201,6 +200,22 @@ def test_flags_of_features_not_built_yet_exit_1_naming_the_feature(
 ) -> None:
     with pytest.raises(ConfigError, match=feature):
         config_from_args(["-m", model_file, *argv], environ={})
+
+
+def test_rpc_servers_reach_the_load_settings(model_file: str) -> None:
+    cfg = config_from_args(["-m", model_file, "--rpc", "127.0.0.1:50052, 10.0.0.2:50053"], environ={})
+    assert cfg.load.rpc_servers == ("127.0.0.1:50052", "10.0.0.2:50053")
+    cfg = config_from_args(["-m", model_file], environ={"LLAMA_ARG_RPC": "[::1]:50052"})
+    assert cfg.load.rpc_servers == ("[::1]:50052",)
+
+
+def test_upstreams_make_a_front_that_loads_no_model(model_file: str) -> None:
+    cfg = config_from_args(["--upstreams", "http://a:8080/, http://10.0.0.2:8081"], environ={})
+    assert cfg.upstreams == ("http://a:8080", "http://10.0.0.2:8081") and not cfg.router and not cfg.model
+    with pytest.raises(ConfigError, match="--upstreams"):
+        config_from_args(["--upstreams", "a:8080"], environ={})
+    with pytest.raises(ConfigError, match="loads no model"):
+        config_from_args(["-m", model_file, "--upstreams", "http://a:8080"], environ={})
 
 
 def test_switching_a_missing_feature_off_is_fine(model_file: str) -> None:

@@ -38,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "hub": {"config"},
     "serving": {"engine", "chat", "protocol", "errors", "sse", "config", "jsondepth"},
     "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools"},
-    "cli": {"config", "engine.sampling", "hub", "compose", "router"},
+    "cli": {"config", "engine.sampling", "hub", "compose", "router", "scale"},
     # Router mode speaks HTTP to child processes of our own server and never imports the engine:
     # it reads the flag table (presets), the hub's cache listing, and shares the API's
     # key/CORS/log middleware, listeners and logging setup, and the web UI's files.
@@ -56,8 +56,23 @@ ALLOWED: dict[str, set[str]] = {
         "api.parent_watch",
         "webui",
     },
+    # A front for several servers: the router's proxy (streams unchanged) and its metrics merge,
+    # the API's middleware and listeners; never the engine.
+    "scale": {
+        "config",
+        "errors",
+        "sse",
+        "router.proxy",
+        "router.metrics",
+        "api.middleware",
+        "api.cors",
+        "api.listen",
+        "api.logs",
+    },
+    # Ray Serve: replicas run our server as a child process, the ingress chooses through scale/.
+    "ray": {"config", "errors", "sse", "scale", "router.proxy", "router.metrics", "cli"},
     # `llama <command>`: serve goes through cli, download through hub, version asks llama/ of its build.
-    "unified_cli": {"cli", "hub", "llama.buildinfo"},
+    "unified_cli": {"cli", "hub", "llama.buildinfo", "ray"},
     "compose": {"*"},  # the composition root wires everything together
     "__main__": {"cli"},
     "__init__": set(),
@@ -68,10 +83,11 @@ RESTRICTED: dict[str, set[str]] = {
     "llama_cpp": {"llama"},  # the native library stays behind llama/
     "ctypes": {"llama"},
     "pydantic": {"protocol", "serving", "api", "errors"},  # pydantic never reaches the engine
-    "fastapi": {"api", "router"},
-    "starlette": {"api", "webui", "router"},
-    "uvicorn": {"api", "router"},
+    "fastapi": {"api", "router", "scale", "ray"},
+    "starlette": {"api", "webui", "router", "scale", "ray"},
+    "uvicorn": {"api", "router", "scale"},
     "mcp": {"tools"},  # the MCP SDK speaks to MCP servers from tools/mcp.py only
+    "ray": {"ray"},  # the optional extra stays behind llamaserve/ray/
 }
 
 

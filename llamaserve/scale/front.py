@@ -1,0 +1,199 @@
+"""The HTTP side of a front for several servers: each request forwarded to the member the balancer picks.
+
+Every route is forwarded (all API families, streams unchanged, through the router's proxy)
+except the front's own `/health` (200 while a member is healthy) and `/metrics` (every
+member's, with an `upstream` label). The answer names its member in `x-llamaserve-upstream`.
+A member that refuses the connection is marked down and the request goes to another one
+(nothing was sent yet); one that breaks mid-answer fails only that answer, with an error
+event in the API family's shape (the proxy's). Responses stay on the member that stored
+them: the id of each created response is read from the first bytes of its answer, and a
+later `previous_response_id` or `/v1/responses/{id}` goes to that member.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from llamaserve.api.cors import CORSMiddleware, CorsPolicy
+from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware
+from llamaserve.config import ServerConfig
+from llamaserve.errors import APIError
+from llamaserve.router.metrics import merge_metrics
+from llamaserve.router.proxy import Upstream
+from llamaserve.scale.balancer import Balancer, Choice, NoMember
+from llamaserve.scale.prefix_index import block_hashes, prompt_text
+
+log = logging.getLogger("llamaserve.scale")
+
+SESSION_HEADERS = ("x-session-id", "x-conversation-id")
+UPSTREAM_HEADER = "x-llamaserve-upstream"
+_RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp_[A-Za-z0-9_-]+)"')
+_SNIFF_BYTES = 65_536
+_STORED = re.compile(r"^/v1/responses/([^/]+)")
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return JSONResponse(body, status_code=status)
+
+
+def _parsed(request: Request, body: bytes) -> Any:
+    if request.method != "POST" or not body or "json" not in request.headers.get("content-type", "json"):
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None  # the member answers the bad body in its own words
+
+
+def session_key(headers: Mapping[str, str], conv_id: str | None) -> str:
+    """What keeps a conversation together: `x-session-id`, a resumable stream's conversation id."""
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value:
+            return f"{name}:{value}"
+    return f"x-conversation-id:{conv_id}" if conv_id else ""
+
+
+def response_ids(seen: bytes) -> list[str]:
+    """The ids of created responses in the first bytes of an answer."""
+    return [m.decode() for m in _RESPONSE_ID.findall(seen)]
+
+
+def _sniffed(body: AsyncIterator[bytes], record: Callable[[str], None]) -> AsyncIterator[bytes]:
+    async def relay() -> AsyncIterator[bytes]:
+        seen = b""
+        found = False
+        async for chunk in body:
+            if not found and len(seen) < _SNIFF_BYTES:
+                seen += chunk
+                ids = response_ids(seen)
+                if ids:
+                    found = True
+                    record(ids[0])
+            yield chunk
+
+    return relay()
+
+
+def _record(balancer: Balancer, url: str, response_id: str) -> None:
+    balancer.record_response(response_id, url)
+
+
+async def member_metrics(balancer: Balancer, client: httpx.AsyncClient) -> str:
+    texts: dict[str, str] = {}
+    for member in balancer.healthy():
+        try:
+            answer = await client.get(member.url + "/metrics", timeout=5.0)
+        except httpx.HTTPError:
+            continue
+        if answer.status_code == 200:
+            texts[member.url] = answer.text
+    own = [
+        (
+            "llamaserve:upstreams_healthy",
+            "Upstream servers answering /health.",
+            "gauge",
+            float(len(balancer.healthy())),
+        ),
+        ("llamaserve:upstreams_total", "Upstream servers configured.", "gauge", float(len(balancer.members))),
+    ]
+    for member in balancer.members.values():
+        own.append(
+            (
+                f'llamaserve:upstream_requests_in_flight{{upstream="{member.url}"}}',
+                "Requests the front is forwarding to this upstream.",
+                "gauge",
+                float(member.inflight),
+            )
+        )
+    # merge_metrics labels each member's samples `model=`; here the label names the server.
+    return merge_metrics(texts, own).replace('{model="', '{upstream="')
+
+
+def create_front_app(config: ServerConfig, balancer: Balancer, upstream: Upstream) -> FastAPI:
+    app = FastAPI(title="llamaserve front", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
+    app.add_middleware(CORSMiddleware, policy=CorsPolicy.from_config(config))
+    app.add_middleware(AccessLogMiddleware)
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> Response:
+        anthropic = request.url.path.startswith("/v1/messages")
+        return _json(exc.anthropic_body() if anthropic else exc.openai_body(), exc.status)
+
+    @app.get("/health")
+    @app.get("/v1/health")
+    async def health() -> Response:
+        if not balancer.healthy():
+            raise APIError("no upstream server is healthy", "unavailable_error")
+        return _json({"status": "ok"})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(await member_metrics(balancer, upstream.client), media_type="text/plain; version=0.0.4")
+
+    async def send(request: Request, body: bytes, choose: Callable[[frozenset[str]], Choice]) -> Response:
+        tried: frozenset[str] = frozenset()
+        while True:
+            try:
+                choice = choose(tried)
+            except NoMember as exc:
+                raise APIError(str(exc), "unavailable_error") from exc
+            member = choice.member
+            balancer.started(member)
+            log.debug("%s %s → %s (%s)", request.method, request.url.path, member.url, choice.reason)
+            try:
+                answer = await upstream.forward(
+                    member.url,
+                    request.method,
+                    request.url.path,
+                    request.url.query,
+                    request.headers.items(),
+                    body,
+                    on_done=functools.partial(balancer.finished, member),
+                )
+            except APIError as exc:
+                if not isinstance(exc.__cause__, httpx.ConnectError):
+                    raise
+                # Refused before anything was sent: that member is down, another one can answer.
+                log.warning("upstream %s refused the connection: taken out until /health answers", member.url)
+                balancer.set_health(member.url, False)
+                tried |= {member.url}
+                continue
+            answer.headers[UPSTREAM_HEADER] = member.url
+            if request.url.path.startswith("/v1/responses") and isinstance(answer, StreamingResponse):
+                answer.body_iterator = _sniffed(
+                    answer.body_iterator,  # type: ignore[arg-type]
+                    functools.partial(_record, balancer, member.url),
+                )
+            return answer
+
+    async def forwarded(request: Request) -> Response:
+        body = await request.body()
+        parsed = _parsed(request, body)
+        hashes = block_hashes(prompt_text(parsed)) if parsed is not None else []
+        session = session_key(request.headers, request.query_params.get("conv_id"))
+        previous = ""
+        if isinstance(parsed, dict) and isinstance(parsed.get("previous_response_id"), str):
+            previous = parsed["previous_response_id"]
+        stored = _STORED.match(request.url.path)
+        if stored and request.method in ("GET", "DELETE"):
+            previous = stored.group(1)
+
+        def choose(tried: frozenset[str]) -> Choice:
+            return balancer.choose(hashes, session, previous, tried)
+
+        return await send(request, body, choose)
+
+    route: Callable[[Request], Awaitable[Response]] = forwarded
+    app.add_api_route("/{path:path}", route, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+    return app
