@@ -49,6 +49,7 @@ from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
 from llamaserve.serving.structured import server_default_grammar
 from llamaserve.serving.template_kwargs import server_template_kwargs
+from llamaserve.spec_setup import build_speculator
 
 log = logging.getLogger("llamaserve")
 
@@ -374,6 +375,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         n_ctx_slot=config.kv_unified_per_slot,
         cont_batching=config.tuning.cont_batching,
         show_special=config.special,
+        speculator=None if embedding_only else build_speculator(config, model, settings, undo),
     )
     grammar = server_default_grammar(model, config.default_grammar, config.default_json_schema)
     if grammar is not None:

@@ -16,6 +16,8 @@ def slot_timings(slot: Slot, now: float) -> Timings:
         prompt_ms=prompt_ms,
         predicted_n=len(slot.generated),
         predicted_ms=gen_ms,
+        draft_n=slot.n_draft,
+        draft_n_accepted=slot.n_draft_accepted,
     )
 
 

@@ -77,6 +77,8 @@ class Slot:
         self.reasoning: ReasoningBudget | None = None  # with a reasoning budget
         self.t_start = 0.0
         self.t_prompt_done = 0.0
+        self.n_draft = 0  # speculative decoding: draft tokens verified for this request
+        self.n_draft_accepted = 0
 
     @property
     def busy(self) -> bool:

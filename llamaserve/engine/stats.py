@@ -24,3 +24,6 @@ class SchedulerStats:
     cache_reuse_tokens: int = 0  # tokens kept by moving chunks (--cache-reuse)
     context_shifts: int = 0
     idle_slots_cleared: int = 0  # idle slots moved to the host-memory cache (--cache-idle-slots)
+    spec_draft_tokens_total: int = 0  # tokens drafted and sent for verification
+    spec_accepted_tokens_total: int = 0  # of those, the ones the target model agreed with
+    spec_drafts_total: int = 0  # verification rows (one per draft)

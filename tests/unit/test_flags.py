@@ -190,8 +190,8 @@ def test_presets_set_the_repo_and_settings_and_flags_after_them_win() -> None:
     ("argv", "feature"),
     [
         (["--models-dir", "/tmp"], "router mode"),
-        (["-md", "draft.gguf"], "speculative decoding"),
-        (["--spec-type", "ngram-mod"], "speculative decoding"),
+        (["-Cd", "ff"], "speculative decoding"),
+        (["--spec-draft-hf", "ggml-org/tiny"], "speculative decoding"),
         (["--mmproj", "p.gguf"], "multimodal"),
         (["--tools", "all"], "agent tools"),
         (["--rpc", "127.0.0.1:50052"], "RPC backend"),

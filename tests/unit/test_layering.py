@@ -32,14 +32,15 @@ ALLOWED: dict[str, set[str]] = {
     "engine": set(),
     # llama/ implements the engine's seams, so it may see their plain types and protocols.
     "llama": {"engine.types", "engine.sampling", "engine.runner", "engine.backend"},
-    "config": {"engine.sampling"},
+    "config": {"engine.sampling", "engine.spec_params"},
     "hub": {"config"},
     "serving": {"engine", "chat", "protocol", "errors", "sse", "config", "jsondepth"},
     "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth"},
-    "cli": {"config", "engine.sampling", "hub", "compose"},
+    "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose"},
     # `llama <command>`: serve goes through cli, download through hub, version asks llama/ of its build.
     "unified_cli": {"cli", "hub", "llama.buildinfo"},
     "compose": {"*"},  # the composition root wires everything together
+    "spec_setup": {"*"},  # part of the composition root: the draft model under the engine's seams
     "__main__": {"cli"},
     "__init__": set(),
 }
