@@ -77,9 +77,13 @@ def verify_draft(row: PlanRow, sample_at: Callable[[int], Sample], is_eog: Calla
     out: list[Sample] = []
     for i, token in enumerate(row.draft):
         drawn = sample_at(i)
-        if row.synth is not None and row.synth(i) and not is_eog(token):
-            out.append(Sample(token))  # synthetic acceptance: the draft token, not the target's
-            continue
+        if row.synth is not None:
+            # Synthetic acceptance: the draft token by the dice, not by the target's agreement.
+            if row.synth(i) and not is_eog(token):
+                out.append(Sample(token))
+                continue
+            out.append(drawn)
+            return out
         out.append(drawn)
         if drawn.token != token:
             return out

@@ -90,7 +90,8 @@ class Speculator:
                     break
             else:
                 if self.draft_model is not None:
-                    model_asks.append((slot, DraftRequest(slot.id, slot.cache_tokens, slot.next_token, n_max)))
+                    n_model = min(n_max, self.params.draft_n_max)
+                    model_asks.append((slot, DraftRequest(slot.id, slot.cache_tokens, slot.next_token, n_model)))
         if model_asks and self.draft_model is not None:
             results = self.draft_model.draft([r for _, r in model_asks], self.params.draft_p_min)
             for (slot, _), draft in zip(model_asks, results):
