@@ -33,7 +33,7 @@ def build_speculator(
     if DRAFT_MODEL in spec.active_types and spec.draft_model:
         draft = _load_draft(config, model, settings, undo)
     log.info("speculative decoding: %s", ", ".join(spec.active_types))
-    return Speculator(spec, draft, seed=config.sampling.seed if config.sampling.seed >= 0 else None)
+    return Speculator(spec, draft)
 
 
 def _load_draft(config: ServerConfig, target: Model, settings: ContextSettings, undo: ExitStack) -> DraftModel:

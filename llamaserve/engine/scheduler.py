@@ -410,7 +410,7 @@ class Scheduler:
                         req.n_probs,
                         post_sampling=req.post_sampling_probs,
                         draft=draft,
-                        synth=self.spec.synth_for() if draft and self.spec is not None else None,
+                        synth=self.spec.synth_for(slot.id) if draft and self.spec is not None else None,
                     )
                 )
                 planned.append(slot)

@@ -38,7 +38,7 @@ DRAFT_MODEL = "draft-simple"
 class Speculator:
     """The drafters of one server and the per-slot bookkeeping between draft and verification."""
 
-    def __init__(self, params: SpecParams, draft_model: DraftRunner | None = None, *, seed: int | None = None) -> None:
+    def __init__(self, params: SpecParams, draft_model: DraftRunner | None = None) -> None:
         self.params = params
         self.types = params.active_types
         self.drafters: list[NgramDrafter] = []
@@ -55,7 +55,7 @@ class Speculator:
         self._task_of: dict[int, int] = {}  # slot -> the task its drafters were begun for
         self._made_by: dict[int, NgramDrafter | None] = {}  # slot -> who drafted its last draft
         self._synth = params.synth_probs()
-        self._rng = random.Random(seed)
+        self._rngs: dict[int, random.Random] = {}  # per slot, synthetic acceptance's dice
 
     @property
     def type_names(self) -> str:
@@ -104,14 +104,17 @@ class Speculator:
         assert task is not None
         if self._task_of.get(slot.id) != task.id:
             self._task_of[slot.id] = task.id
+            # As llama-server: the dice start from the request's seed, so a seeded request repeats.
+            seed = task.request.sampling.seed
+            self._rngs[slot.id] = random.Random(seed if 0 <= seed < 0xFFFFFFFF else None)
             for drafter in self.drafters:
                 drafter.begin(slot.id, slot.cache_tokens)
 
-    def synth_for(self) -> Callable[[int], bool] | None:
-        """Synthetic acceptance for one row (--spec-synth-*), else None."""
+    def synth_for(self, slot_id: int) -> Callable[[int], bool] | None:
+        """Synthetic acceptance for the slot's row (--spec-synth-*), else None."""
         if not self._synth:
             return None
-        probs, rng = self._synth, self._rng
+        probs, rng = self._synth, self._rngs.setdefault(slot_id, random.Random())
         return lambda i: rng.random() < probs[i] if i < len(probs) else False
 
     def accepted(self, slot_id: int, n_accepted: int) -> None:

@@ -38,6 +38,7 @@ class DraftModel:
         self.model = model
         self.context = context
         self._cached: dict[int, list[int]] = {}  # per sequence, the tokens whose KV it holds
+        self._p_min = 0.0
 
     def close(self) -> None:
         self.context.close()
@@ -53,13 +54,14 @@ class DraftModel:
             self.context.seq_remove(seq_id, 0, -1)
 
     def _best(self, index: int) -> tuple[int, float]:
-        """The most likely token at batch row ``index`` and its probability."""
+        """The most likely token at batch row ``index`` and its probability (1.0 unless p_min asks)."""
         ptr = C.llama_get_logits_ith(self.context.handle, index)
         logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self.model.n_vocab,))
         best = int(np.argmax(logits))
+        if self._p_min <= 0.0:
+            return best, 1.0
         top = float(logits[best])
-        p = 1.0 / float(np.sum(np.exp(logits - top)))
-        return best, p
+        return best, 1.0 / float(np.sum(np.exp(logits - top)))
 
     def _catch_up(self, requests: list[DraftRequest]) -> dict[int, tuple[int, float]]:
         """Bring each sequence's KV to its history plus `last`; the best next token of each."""
@@ -96,6 +98,7 @@ class DraftModel:
 
     def draft(self, requests: list[DraftRequest], p_min: float) -> list[list[int]]:
         asked = requests
+        self._p_min = p_min
         requests = [r for r in requests if r.n_max > 0]
         drafts: dict[int, list[int]] = {r.seq_id: [] for r in asked}
         if not requests:
