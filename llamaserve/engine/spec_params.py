@@ -70,7 +70,7 @@ class SpecParams:
     draft_n_max: int = 3
     draft_n_min: int = 0
     draft_p_min: float = 0.0
-    draft_p_split: float = 0.1
+    draft_p_split: float = 0.1  # parsed only: llama.cpp reads it nowhere either
     draft_ngl: int = -1
     draft_cache_type_k: str = "f16"
     draft_cache_type_v: str = "f16"
