@@ -161,11 +161,13 @@ def main() -> None:
     ap.add_argument("--n-predict", type=int, default=256)
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--common", default="-np 1 -c 4096 -t 2 --jinja")
+    ap.add_argument("--servers", default="ours,cpp", help="which of ours,cpp to run")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="spec-bench-"))
     draft = tmp / "smollm2-24-blocks.gguf"
     write_truncated(args.model, str(draft), keep_layers=[i for i in range(30) if not 10 <= i < 16])
-    servers = {"ours": [sys.executable, "-m", "llamaserve"], "cpp": [args.cpp]}
+    programs = {"ours": [sys.executable, "-m", "llamaserve"], "cpp": [args.cpp]}
+    servers = {name: programs[name] for name in args.servers.split(",")}
     results: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for setting in args.settings.split(","):
         extra = [a.format(draft=draft) for a in SETTINGS[setting]]
