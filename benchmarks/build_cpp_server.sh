@@ -119,7 +119,10 @@ if [[ "$AMX" == "auto" && "${DRY_RUN:-0}" == "1" ]]; then
 fi
 if [[ "$(uname -m)" == "x86_64" ]]; then
     if [[ "$AMX" == "auto" ]]; then
-        if ! echo | "${CC:-cc}" -march=native -dM -E - 2>/dev/null | grep -q __AMX_TILE__; then
+        # The compiler's macros are read whole first: `cc ... | grep -q` under pipefail fails
+        # whenever grep quits before cc has written everything (SIGPIPE), which read as "no AMX".
+        native_macros="$(echo | "${CC:-cc}" -march=native -dM -E - 2>/dev/null || true)"
+        if ! grep -q __AMX_TILE__ <<<"$native_macros"; then
             AMX="not enabled by -march=native"
         elif amx_works; then
             AMX="on"

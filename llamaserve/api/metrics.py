@@ -86,14 +86,21 @@ class LlamaCollector(Collector):
             ("tokens_predicted_seconds_total", "Total time spent generating tokens", s.tokens_predicted_seconds_total),
             ("n_decode_total", "Total number of llama_decode() calls", s.n_decode_total),
             ("n_tokens_max", "Largest observed sequence length (prompt + generation)", s.n_tokens_max),
-            # No speculative decoding here: llama-server's counters, always zero.
-            ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", 0),
+            (
+                "spec_decode_num_draft_tokens_total",
+                "Speculative: Total draft tokens generated",
+                s.spec_draft_tokens_total,
+            ),
             (
                 "spec_decode_num_accepted_tokens_total",
                 "Speculative: Total draft tokens accepted by the target model",
-                0,
+                s.spec_accepted_tokens_total,
             ),
-            ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", 0),
+            (
+                "spec_decode_num_drafts_total",
+                "Speculative: Total speculative decoding verification steps",
+                s.spec_drafts_total,
+            ),
         ]
         gauges: list[tuple[str, str, int | float]] = [
             (

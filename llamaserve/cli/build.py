@@ -18,7 +18,7 @@ from llamaserve.engine.sampling import (
 
 # Destinations that only mark a flag as given (features not built yet) and set no config field.
 _MARKERS = frozenset({"spec", "mtmd_pending", "removed"})
-_PARTS = {f.name for f in fields(ServerConfig) if f.name in ("load", "tuning", "cpu", "cpu_batch")}
+_PARTS = {f.name for f in fields(ServerConfig) if f.name in ("load", "tuning", "cpu", "cpu_batch", "spec")}
 
 
 def parse_samplers(text: str) -> tuple[str, ...]:
@@ -136,7 +136,15 @@ def _nest(values: dict[str, Any]) -> dict[str, Any]:
         for name in ("override_tensor", "override_kv", "control_vectors", "control_vectors_scaled"):
             if name in settings:
                 settings[name] = tuple(item for value in settings[name] for item in _csv(value))
-        values[part] = replace(getattr(defaults, part), **settings)
+        base = getattr(defaults, part)
+        # One level deeper: `spec.ngram_simple.size_n` sets a field of the part's own part.
+        inner: dict[str, dict[str, Any]] = {}
+        for key in [k for k in settings if "." in k]:
+            sub, name = key.split(".", 1)
+            inner.setdefault(sub, {})[name] = settings.pop(key)
+        for sub, sub_settings in inner.items():
+            settings[sub] = replace(getattr(base, sub), **sub_settings)
+        values[part] = replace(base, **settings)
     return values
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llamaserve.cli import values as v
-from llamaserve.cli.opt import SPECULATIVE, Opt, row
+from llamaserve.cli.opt import Opt, row
 
 _CTK = f"KV cache type for {{}} ({', '.join(v.KV_CACHE_TYPES)})"
 
@@ -509,22 +509,18 @@ COMMON_OPTIONS: tuple[Opt, ...] = (
     ),
     row(
         "--spec-draft-type-k -ctkd --cache-type-k-draft",
-        "spec",
+        "spec.draft_cache_type_k",
         type=v.kv_cache_type,
         metavar="TYPE",
         env="LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K",
-        feature=SPECULATIVE,
-        inert=("f16",),
         help="KV cache type for K of the draft model",
     ),
     row(
         "--spec-draft-type-v -ctvd --cache-type-v-draft",
-        "spec",
+        "spec.draft_cache_type_v",
         type=v.kv_cache_type,
         metavar="TYPE",
         env="LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V",
-        feature=SPECULATIVE,
-        inert=("f16",),
         help="KV cache type for V of the draft model",
     ),
 )

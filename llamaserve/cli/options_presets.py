@@ -90,5 +90,14 @@ PRESET_OPTIONS: tuple[Opt, ...] = (
         "Gemma 3 12B QAT (downloads it)",
         feature=MULTIMODAL,
     ),
-    preset("--spec-default", {}, "the default speculative decoding settings (ngram-mod)", feature=SPECULATIVE),
+    preset(
+        "--spec-default",
+        {
+            "spec.default_preset": True,
+            "spec.ngram_mod_n_match": 24,
+            "spec.ngram_mod_n_min": 48,
+            "spec.ngram_mod_n_max": 64,
+        },
+        "the default speculative decoding settings (ngram-mod)",
+    ),
 )

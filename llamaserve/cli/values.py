@@ -154,3 +154,40 @@ def nonempty(text: str) -> str:
     if not text.strip():
         raise ValueError("expected a value")
     return text
+
+
+def int_within(lo: int, hi: int, what: str) -> Callable[[str], int]:
+    """An integer in [lo, hi]; llama-server's message names the knob."""
+
+    def check(text: str) -> int:
+        value = integer(text)
+        if not lo <= value <= hi:
+            raise ValueError(f"{what} must be between {lo} and {hi} inclusive")
+        return value
+
+    return check
+
+
+def non_negative(text: str) -> int:
+    value = integer(text)
+    if value < 0:
+        raise ValueError("invalid value")
+    return value
+
+
+def numbers(text: str) -> tuple[float, ...]:
+    """`P0,P1,...`: comma-separated numbers."""
+    return tuple(number(part) for part in text.split(","))
+
+
+def spec_types(text: str) -> tuple[str, ...]:
+    from llamaserve.engine.spec_params import parse_types
+
+    return parse_types(text)
+
+
+def min_hits(text: str) -> int:
+    value = integer(text)
+    if value < 1:
+        raise ValueError("ngram min hits must be at least 1")
+    return value

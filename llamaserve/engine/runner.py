@@ -8,6 +8,7 @@ Nothing here loads llama.cpp, so the scheduler runs without it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,12 +48,68 @@ class PlanRow:
     # (the prompt token that follows each row): prompt log-probabilities.
     targets: list[int] | None = None
     post_sampling: bool = False  # report the chain's probabilities instead of the raw ones
+    # Speculative decoding: tokens[1:] are a draft. Every row keeps its logits and the one
+    # sampler draws through the draft while it agrees (`verify_draft`); the row's samples are
+    # the accepted draft tokens and then the target's own token.
+    draft: list[int] = field(default_factory=list)
+    # Benchmarking only (--spec-synth-*): says, per draft position, whether to accept the
+    # draft token whatever the target sampled.
+    synth: Callable[[int], bool] | None = None
 
 
 @dataclass(slots=True)  # built once per token or row: slots make that cheaper
 class Sample:
     token: int
     logprob: TokenLogprob | None = None
+
+
+def verify_draft(row: PlanRow, sample_at: Callable[[int], Sample], is_eog: Callable[[int], bool]) -> list[Sample]:
+    """Sample row positions 0, 1, ... in order while the target agrees with the draft.
+
+    The sampler draws at each position exactly as plain decoding would (same chain, same
+    random numbers, grammar and penalties fed the same tokens), so the accepted tokens are
+    the ones plain decoding would have produced. The drafts are deterministic (a copy of
+    earlier tokens, or the draft model's most likely token), i.e. q is a point mass: the
+    speculative-sampling rule min(1, p/q) then accepts the draft token d with probability
+    p(d), and on rejection resamples from p without d, which is what drawing x ~ p and
+    accepting when x == d does.
+    """
+    out: list[Sample] = []
+    for i, token in enumerate(row.draft):
+        drawn = sample_at(i)
+        if row.synth is not None:
+            # Synthetic acceptance: the draft token by the dice, not by the target's agreement.
+            if row.synth(i) and not is_eog(token):
+                out.append(Sample(token))
+                continue
+            out.append(drawn)
+            return out
+        out.append(drawn)
+        if drawn.token != token:
+            return out
+    out.append(sample_at(len(row.draft)))
+    return out
+
+
+@dataclass
+class DraftRequest:
+    """Draft up to n_max tokens for a sequence holding ``history`` and about to decode ``last``."""
+
+    seq_id: int
+    history: list[int]
+    last: int
+    n_max: int
+
+
+class DraftRunner(Protocol):
+    """A draft model in a context of its own (`llama/draft.DraftModel`)."""
+
+    def draft(self, requests: list[DraftRequest], p_min: float) -> list[list[int]]:
+        """Greedy drafts for several sequences at once, one decode per drafted position; a
+        sequence stops when its best token's probability falls under p_min."""
+        ...
+
+    def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None: ...
 
 
 @dataclass

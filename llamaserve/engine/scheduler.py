@@ -25,6 +25,7 @@ from llamaserve.engine.runner import PlanRow, Runner, Sample
 from llamaserve.engine.slot_kv import SlotKV
 from llamaserve.engine.slot_reports import progress_event, slot_timings
 from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
+from llamaserve.engine.speculative import Speculator, apply_verified
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.step_budget import PrefillBudget
 from llamaserve.engine.textstream import TextStream
@@ -57,8 +58,10 @@ class Scheduler:
         show_special: bool = False,
         queue_limits: QueueLimits | None = None,
         max_itl_ms: int = 0,
+        speculator: Speculator | None = None,
     ) -> None:
         self.runner = runner
+        self.spec = speculator  # speculative decoding (--spec-type), None when off
         # A slot's context: the KV sequence's, or less (--kv-unified-per-slot caps it).
         self._n_ctx_slot = min(n_ctx_slot, runner.n_ctx_seq) if n_ctx_slot > 0 else runner.n_ctx_seq
         self.slots = [Slot(i, self._n_ctx_slot) for i in range(n_slots)]
@@ -181,6 +184,9 @@ class Scheduler:
             if i in result.failed_rows:
                 self._fail_slot(slot, result.failed_rows[i])
                 continue
+            if row.draft:
+                self._take_verified(slot, row, samples, now, outbox)
+                continue
             slot.cache_tokens.extend(row.tokens)
             slot.prompt_logprobs += scored
             if slot.state is SlotState.PREFILL:
@@ -199,6 +205,20 @@ class Scheduler:
                     self._on_token(owner, sample, now, outbox)
         for sink, events in outbox.values():
             sink(events)
+
+    def _take_verified(
+        self,
+        slot: Slot,
+        row: PlanRow,
+        samples: list[Sample],
+        now: float,
+        outbox: dict[int, tuple[EventSink, list[Event]]],
+    ) -> None:
+        assert self.spec is not None
+        n_accepted = apply_verified(
+            slot, row, samples, self.runner, self.stats, lambda sample: self._on_token(slot, sample, now, outbox)
+        )
+        self.spec.accepted(slot.id, n_accepted)
 
     def _report_progress(
         self, slot: Slot, now: float, outbox: dict[int, tuple[EventSink, list[Event]]] | None = None
@@ -415,25 +435,29 @@ class Scheduler:
         budget = self.runner.n_ubatch
         plan: list[PlanRow] = []
         planned: list[Slot] = []
+        drafts = self._drafts(lora)
         for slot in self.slots:
             if slot.task is not None and slot.task.request.lora != lora:
                 continue  # llama.cpp applies one adapter set to a whole decode
             if slot.state is SlotState.GENERATING and slot.next_token is not None and budget > 0:
                 assert slot.sampler is not None and slot.task is not None
                 req = slot.task.request
+                draft = drafts.get(slot.id, [])
                 plan.append(
                     PlanRow(
                         slot.id,
-                        [slot.next_token],
+                        [slot.next_token, *draft],
                         slot.n_past,
                         [slot.sampler],
                         req.n_probs,
                         post_sampling=req.post_sampling_probs,
+                        draft=draft,
+                        synth=self.spec.synth_for(slot.id) if draft and self.spec is not None else None,
                     )
                 )
                 planned.append(slot)
                 slot.next_token = None
-                budget -= 1
+                budget -= 1 + len(draft)
         # A short prompt overtakes a long prefill (its first token comes sooner and the long one
         # barely notices); priority first, and waiting earns credit so nothing starves.
         prefilling = sorted(
@@ -481,6 +505,21 @@ class Scheduler:
         for slot in prefilling:
             if slot.id not in scheduled:
                 slot.prefill_credit += spent
+
+    def _drafts(self, lora: tuple[float, ...]) -> dict[int, list[int]]:
+        """Speculative drafts for this step's generating slots, sharing the micro-batch evenly."""
+        if self.spec is None:
+            return {}
+        ready = [
+            s
+            for s in self.slots
+            if s.state is SlotState.GENERATING
+            and s.next_token is not None
+            and s.task is not None
+            and s.task.request.lora == lora
+        ]
+        share = self.runner.n_ubatch // max(len(ready), 1)
+        return self.spec.drafts([(s, self.spec.limit(s, share)) for s in ready])
 
     # ------------------------------------------------------------ results
     def _on_token(

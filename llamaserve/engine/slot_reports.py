@@ -17,6 +17,8 @@ def slot_timings(slot: Slot, now: float) -> Timings:
         predicted_n=len(slot.generated),
         predicted_ms=gen_ms,
         queue_ms=(slot.t_start - slot.task.t_submit) * 1000.0 if slot.task and slot.task.t_submit else 0.0,
+        draft_n=slot.n_draft,
+        draft_n_accepted=slot.n_draft_accepted,
     )
 
 

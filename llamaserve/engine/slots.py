@@ -95,6 +95,8 @@ class Slot:
         self.t_prompt_done = 0.0
         # Prompt tokens other slots' prefills were given while this one waited (admission.py).
         self.prefill_credit = 0
+        self.n_draft = 0  # speculative decoding: draft tokens verified for this request
+        self.n_draft_accepted = 0
 
     @property
     def busy(self) -> bool:

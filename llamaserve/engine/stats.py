@@ -26,3 +26,6 @@ class SchedulerStats:
     idle_slots_cleared: int = 0  # idle slots moved to the host-memory cache (--cache-idle-slots)
     queue_seconds_total: float = 0.0  # time requests waited for a slot
     requests_rejected: int = 0  # refused with 429 by --max-queue / --max-queue-tokens
+    spec_draft_tokens_total: int = 0  # tokens drafted and sent for verification
+    spec_accepted_tokens_total: int = 0  # of those, the ones the target model agreed with
+    spec_drafts_total: int = 0  # verification rows (one per draft)

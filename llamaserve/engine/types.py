@@ -59,6 +59,8 @@ class Timings:
     predicted_n: int = 0
     predicted_ms: float = 0.0
     queue_ms: float = 0.0  # waiting for a slot, before prompt_ms starts (ours; llama-server has none)
+    draft_n: int = 0  # speculative decoding: tokens drafted, and those the target accepted
+    draft_n_accepted: int = 0
 
     @property
     def predicted_steps(self) -> int:
@@ -80,6 +82,8 @@ class Timings:
             "predicted_per_token_ms": self.predicted_ms / steps if steps else 0.0,
             "predicted_per_second": 1e3 / self.predicted_ms * steps if self.predicted_ms > 0 else 0.0,
             "queue_ms": self.queue_ms,
+            # As llama-server: only for a request that drafted.
+            **({"draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted} if self.draft_n else {}),
         }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llamaserve.engine.runner import PlanRow, Sample, StepResult
+from llamaserve.engine.runner import PlanRow, Sample, Sampler, StepResult, verify_draft
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.types import TokenLogprob
 from llamaserve.llama.context import Context
@@ -102,7 +102,7 @@ class LlamaRunner:
         for row in plan:
             last = len(row.tokens) - 1
             wants = bool(row.samplers)
-            every = row.targets is not None
+            every = row.targets is not None or bool(row.draft)
             for i, tok in enumerate(row.tokens):
                 rows.append((tok, row.start_pos + i, row.seq_id, every or (wants and i == last)))
             sample_at.append(len(rows) - 1)
@@ -113,16 +113,10 @@ class LlamaRunner:
         n_vocab = self.model.n_vocab
         samples: list[list[Sample]] = []
         for row, index in zip(plan, sample_at):
-            drawn = []
-            for sampler in row.samplers:
-                if row.n_probs >= 0 and row.post_sampling:
-                    token, post = sampler.sample_post(ctx, index, row.n_probs)
-                    drawn.append(Sample(token, post))
-                    continue
-                token = sampler.sample(ctx, index)
-                lp = token_logprob(ctx, index, n_vocab, token, row.n_probs) if row.n_probs >= 0 else None
-                drawn.append(Sample(token, lp))
-            samples.append(drawn)
+            if row.draft and row.samplers:
+                samples.append(self._verify(row, index - len(row.draft)))
+                continue
+            samples.append([self._sample(sampler, row, index) for sampler in row.samplers])
         prompt_lps: list[list[TokenLogprob]] = []
         if not any(row.targets for row in plan):  # the usual step: no prompt scoring
             return StepResult(samples)
@@ -133,6 +127,20 @@ class LlamaRunner:
                 [token_logprob(ctx, first + i, n_vocab, target, k) for i, target in enumerate(row.targets or [])]
             )
         return StepResult(samples, prompt_logprobs=prompt_lps)
+
+    def _verify(self, row: PlanRow, first: int) -> list[Sample]:
+        """A draft row: its logits start at batch index ``first``."""
+        sampler = row.samplers[0]
+        return verify_draft(row, lambda i: self._sample(sampler, row, first + i), self.model.is_eog)
+
+    def _sample(self, sampler: Sampler, row: PlanRow, index: int) -> Sample:
+        ctx = self.context.handle
+        if row.n_probs >= 0 and row.post_sampling:
+            token, post = sampler.sample_post(ctx, index, row.n_probs)
+            return Sample(token, post)
+        token = sampler.sample(ctx, index)
+        lp = token_logprob(ctx, index, self.model.n_vocab, token, row.n_probs) if row.n_probs >= 0 else None
+        return Sample(token, lp)
 
     def seq_copy(self, src: int, dst: int) -> None:
         self.context.seq_copy(src, dst, -1, -1)

@@ -17,6 +17,7 @@ from llamaserve.protocol.common import SamplingFields
 from llamaserve.protocol.native import NativeCompletionRequest
 from llamaserve.protocol.openai import CompletionRequest
 from llamaserve.serving import generate, logprobs, media
+from llamaserve.serving.info import spec_types
 from llamaserve.serving.params import prompt_tokens, sampling_config, split_prompts, stop_strings
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
@@ -117,6 +118,7 @@ def generation_settings(rt: ModelRuntime, request: GenerationRequest) -> dict[st
             "model": rt.alias,
             "cache_prompt": request.cache_prompt,
             "n_probs": max(request.n_probs, 0),
+            "speculative.types": spec_types(rt),
         }
     )
     return s

@@ -10,8 +10,14 @@ from llamaserve.engine.slots import Slot
 from llamaserve.serving.runtime import ModelRuntime
 
 
+def spec_types(rt: ModelRuntime) -> str:
+    """The speculative decoding types in use, as llama-server names them ("none" when off)."""
+    spec = rt.scheduler.spec
+    return spec.type_names if spec is not None else "none"
+
+
 def sampling_params_json(
-    cfg: SamplingParams, *, n_predict: int, n_keep: int = 0, stream: bool = False
+    cfg: SamplingParams, *, n_predict: int, n_keep: int = 0, stream: bool = False, speculative: str = "none"
 ) -> dict[str, Any]:
     d = asdict(cfg)
     for key in ("logit_bias", "grammar", "dry_sequence_breakers", "samplers"):
@@ -25,7 +31,7 @@ def sampling_params_json(
             "n_discard": 0,
             "stream": stream,
             "samplers": list(cfg.samplers),
-            "speculative.types": "none",
+            "speculative.types": speculative,
             "timings_per_token": False,
             "post_sampling_probs": False,
             "lora": [],
@@ -38,7 +44,9 @@ def props(rt: ModelRuntime) -> dict[str, Any]:
     cfg = rt.config
     return {
         "default_generation_settings": {
-            "params": sampling_params_json(cfg.sampling, n_predict=cfg.n_predict, n_keep=cfg.n_keep),
+            "params": sampling_params_json(
+                cfg.sampling, n_predict=cfg.n_predict, n_keep=cfg.n_keep, speculative=spec_types(rt)
+            ),
             "n_ctx": rt.n_ctx_slot,
         },
         "total_slots": len(rt.scheduler.slots),
@@ -126,7 +134,7 @@ def slot_json(rt: ModelRuntime, slot: Slot) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": slot.id,
         "n_ctx": slot.n_ctx,
-        "speculative": False,
+        "speculative": rt.scheduler.spec is not None,
         "is_processing": slot.busy,
     }
     if slot.last_task_id >= 0:
@@ -137,7 +145,7 @@ def slot_json(rt: ModelRuntime, slot: Slot) -> dict[str, Any]:
                 "n_prompt_tokens": n_prompt,
                 "n_prompt_tokens_processed": max(0, min(slot.n_past, n_prompt) - slot.n_cached),
                 "n_prompt_tokens_cache": slot.n_cached,
-                "params": sampling_params_json(cfg, n_predict=n_predict),
+                "params": sampling_params_json(cfg, n_predict=n_predict, speculative=spec_types(rt)),
                 # An idle slot has no budget: the finished task's counts are not the slot's
                 # (llama-server resets them when the slot is released).
                 "next_token": [

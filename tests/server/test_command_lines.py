@@ -73,7 +73,10 @@ SERVES: dict[str, list[str]] = {
 }
 REFUSES: dict[str, tuple[list[str], str]] = {
     "router": (["--models-dir", "./models", "--models-max", "2"], "router mode"),
-    "speculative": (["-md", "draft.gguf", "--spec-draft-n-max", "16", "-ngld", "99"], "speculative decoding"),
+    "speculative": (
+        ["-md", "draft.gguf", "--spec-draft-n-max", "16", "-ngld", "99", "-devd", "none"],
+        "speculative decoding",
+    ),
     "multimodal video": (["-mmdev", "CPU", "--video-fps", "2"], "multimodal"),
 }
 

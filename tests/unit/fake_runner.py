@@ -5,9 +5,11 @@ checked exactly and in milliseconds."""
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llamaserve.engine.runner import PlanRow, Sample, StepResult
+from llamaserve.engine.runner import PlanRow, Sample, StepResult, verify_draft
 from llamaserve.engine.types import SamplingParams
 
 EOG = 0
@@ -24,6 +26,13 @@ class FakeSampler:
 
     def sample(self, ctx: object, index: int) -> int:
         raise AssertionError("the fake runner samples by script")
+
+    def draw(self, weights: list[float]) -> int:
+        """One token from a known distribution, with this sampler's own random numbers (its seed)."""
+        rng: random.Random = self.__dict__.setdefault("_rng", random.Random(self.seed))
+        token: int = rng.choices(range(len(weights)), weights)[0]
+        self.accepted.append(token)
+        return token
 
     def close(self) -> None:
         self.closed = True
@@ -65,8 +74,11 @@ class FakeRunner:
         assert [p for p, _ in cells] == list(range(len(cells))), f"seq {seq_id}: holes in {cells}"
         return [t for _, t in cells]
 
+    # When set: tokens are drawn from dist(sequence so far) with the sampler's seed, not scripted.
+    dist: Callable[[list[int]], list[float]] | None = None
+
     def new_sampler(self, params: SamplingParams) -> FakeSampler:
-        return FakeSampler()
+        return FakeSampler(seed=params.seed)
 
     def step(self, plan: list[PlanRow]) -> StepResult:
         # Media rows (negative placeholders) go to a batch of embeddings of their own.
@@ -91,14 +103,28 @@ class FakeRunner:
             seq = self.tokens(row.seq_id)
             assert row.start_pos == len(seq), f"seq {row.seq_id}: pos {row.start_pos} != kv {len(seq)}"
             self.cells[row.seq_id] += [[row.start_pos + i, t] for i, t in enumerate(row.tokens)]
+            if row.draft:
+                samples.append(self._verify(row, seq))
+                continue
             seq += row.tokens
             # choice i of an n > 1 group draws script token + i, so choices differ visibly
-            samples.append([Sample(self._next(seq) + i) for i, _ in enumerate(row.samplers)])
+            samples.append([self._sample(seq, s, i) for i, s in enumerate(row.samplers)])
         return StepResult(samples, failed_rows=failed)
 
     def seq_copy(self, src: int, dst: int) -> None:
         self.copies.append((src, dst))
         self.cells[dst] = [list(c) for c in self.cells[src]]
+
+    def _verify(self, row: PlanRow, seq: list[int]) -> list[Sample]:
+        sampler = row.samplers[0]
+        known = seq + row.tokens
+        n_before = len(seq) + 1  # the sequence up to the row's first token
+        return verify_draft(row, lambda i: self._sample(known[: n_before + i], sampler), self.is_eog)
+
+    def _sample(self, seq: list[int], sampler: object, choice: int = 0) -> Sample:
+        if self.dist is not None and isinstance(sampler, FakeSampler):
+            return Sample(sampler.draw(self.dist(seq)))
+        return Sample(self._next(seq) + choice)
 
     def _next(self, seq: list[int]) -> int:
         for prompt, script in self.scripts.items():

@@ -189,8 +189,8 @@ def test_presets_set_the_repo_and_settings_and_flags_after_them_win() -> None:
 @pytest.mark.parametrize(
     ("argv", "feature"),
     [
-        (["-md", "draft.gguf"], "speculative decoding"),
-        (["--spec-type", "ngram-mod"], "speculative decoding"),
+        (["-Cd", "ff"], "speculative decoding"),
+        (["--spec-draft-hf", "ggml-org/tiny"], "speculative decoding"),
         (["--mmproj-device", "CPU"], "multimodal"),
         (["--fim-qwen-7b-spec"], "speculative decoding"),
     ],

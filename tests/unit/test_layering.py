@@ -34,11 +34,11 @@ ALLOWED: dict[str, set[str]] = {
     "tools": set(),
     # llama/ implements the engine's seams, so it may see their plain types and protocols.
     "llama": {"engine.types", "engine.sampling", "engine.runner", "engine.backend"},
-    "config": {"engine.sampling"},
+    "config": {"engine.sampling", "engine.spec_params"},
     "hub": {"config"},
     "serving": {"engine", "chat", "protocol", "errors", "sse", "config", "jsondepth"},
     "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools"},
-    "cli": {"config", "engine.sampling", "hub", "compose", "router", "scale"},
+    "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale"},
     # Router mode speaks HTTP to child processes of our own server and never imports the engine:
     # it reads the flag table (presets), the hub's cache listing, and shares the API's
     # key/CORS/log middleware, listeners and logging setup, and the web UI's files.
@@ -74,6 +74,7 @@ ALLOWED: dict[str, set[str]] = {
     # `llama <command>`: serve goes through cli, download through hub, version asks llama/ of its build.
     "unified_cli": {"cli", "hub", "llama.buildinfo", "ray"},
     "compose": {"*"},  # the composition root wires everything together
+    "spec_setup": {"*"},  # part of the composition root: the draft model under the engine's seams
     "__main__": {"cli"},
     "__init__": set(),
 }
