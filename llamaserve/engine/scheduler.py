@@ -16,8 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from llamaserve.engine.admission import AdmissionControl, QueueFull, QueueLimits, prefill_order
-from llamaserve.engine.backend import media_slot
+from llamaserve.engine.admission import AdmissionControl, QueueFull, QueueLimits
 from llamaserve.engine.inbox import Abort, Call, Message, Shutdown, Submit
 from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.reasoning_budget import ReasoningBudget
@@ -28,6 +27,7 @@ from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
 from llamaserve.engine.speculative import Speculator, apply_verified
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.step_budget import PrefillBudget
+from llamaserve.engine.step_plan import adapter_sets, plan_generating, plan_prefill
 from llamaserve.engine.textstream import TextStream
 from llamaserve.engine.types import (
     Event,
@@ -413,13 +413,7 @@ class Scheduler:
     # -------------------------------------------------------------- planning
     def _lora_for_step(self) -> tuple[float, ...]:
         """The adapter scales of this step: one set per decode, taking turns when requests differ."""
-        sets: list[tuple[float, ...]] = []
-        for slot in self.slots:
-            ready = slot.state is SlotState.PREFILL or (
-                slot.state is SlotState.GENERATING and slot.next_token is not None
-            )
-            if ready and slot.task is not None and slot.task.request.lora not in sets:
-                sets.append(slot.task.request.lora)
+        sets = adapter_sets(self.slots)
         if len(sets) <= 1:
             return sets[0] if sets else ()
         self._lora_turn += 1
@@ -432,79 +426,14 @@ class Scheduler:
         # prefill in one call or four), and a step that ends sooner lets
         # generating slots advance and an abandoned prompt stop after <= n_ubatch
         # tokens instead of after all of them.
-        budget = self.runner.n_ubatch
-        plan: list[PlanRow] = []
-        planned: list[Slot] = []
-        drafts = self._drafts(lora)
-        for slot in self.slots:
-            if slot.task is not None and slot.task.request.lora != lora:
-                continue  # llama.cpp applies one adapter set to a whole decode
-            if slot.state is SlotState.GENERATING and slot.next_token is not None and budget > 0:
-                assert slot.sampler is not None and slot.task is not None
-                req = slot.task.request
-                draft = drafts.get(slot.id, [])
-                plan.append(
-                    PlanRow(
-                        slot.id,
-                        [slot.next_token, *draft],
-                        slot.n_past,
-                        [slot.sampler],
-                        req.n_probs,
-                        post_sampling=req.post_sampling_probs,
-                        draft=draft,
-                        synth=self.spec.synth_for(slot.id) if draft and self.spec is not None else None,
-                    )
-                )
-                planned.append(slot)
-                slot.next_token = None
-                budget -= 1 + len(draft)
-        # A short prompt overtakes a long prefill (its first token comes sooner and the long one
-        # barely notices); priority first, and waiting earns credit so nothing starves.
-        prefilling = sorted(
-            (
-                s
-                for s in self.slots
-                if s.state is SlotState.PREFILL and s.task is not None and s.task.request.lora == lora
-            ),
-            key=lambda s: prefill_order(s.task.request.priority if s.task else 0, s.prompt_remaining, s.prefill_credit),
-        )
-        if not self.cont_batching and plan:
-            prefilling = []  # without continuous batching a new prompt waits for the generating slots
-        elif plan:
+        synth_for = self.spec.synth_for if self.spec is not None else None
+        plan, planned, budget = plan_generating(self.slots, lora, self._drafts(lora), synth_for, self.runner.n_ubatch)
+        if plan and not self.cont_batching:
+            return plan, planned  # without continuous batching a new prompt waits for the generating slots
+        if plan:
             budget = self.prefill_budget.prompt_tokens(budget)  # --max-itl-ms
-        for slot in prefilling:
-            if budget <= 0:
-                break
-            start = slot.n_past
-            scoring = slot.task is not None and slot.task.request.prompt_logprobs
-            if slot.prompt[start] < 0:
-                # An image or audio clip goes in one step, whole: projectors such as gemma3's
-                # want its embeddings to attend to each other, which holds only within one
-                # decode. It may take the step past the text budget, as media rows go to the
-                # runner's batch of embeddings, not the token batch.
-                chunk = _media_item(slot.prompt, start, self.runner.n_ubatch)
-            else:
-                # Keeping every row's logits costs a vocabulary-sized row each: smaller chunks.
-                chunk = _one_kind(slot.prompt[start : start + (min(budget, 64) if scoring else budget)])
-            last_chunk = start + len(chunk) == len(slot.prompt)
-            samplers = [slot.sampler, *(f.sampler for f in slot.followers)] if last_chunk else []
-            n_probs = slot.task.request.n_probs if slot.task else -1
-            post = slot.task is not None and slot.task.request.post_sampling_probs
-            targets = slot.prompt[start + 1 : start + len(chunk) + 1] if scoring else None
-            plan.append(PlanRow(slot.id, chunk, start, samplers, n_probs, targets, post))  # type: ignore[arg-type]
-            planned.append(slot)
-            budget -= len(chunk)
-        self._credit_waiting_prefills(prefilling, plan)
+        plan_prefill(self.slots, lora, budget, self.runner.n_ubatch, plan, planned)
         return plan, planned
-
-    @staticmethod
-    def _credit_waiting_prefills(prefilling: list[Slot], plan: list[PlanRow]) -> None:
-        """A prompt left out of a step earns the tokens the step spent on other prompts."""
-        scheduled = {row.seq_id: len(row.tokens) for row in plan}
-        spent = sum(scheduled.get(s.id, 0) for s in prefilling)
-        for slot in prefilling:
-            if slot.id not in scheduled:
-                slot.prefill_credit += spent
 
     def _drafts(self, lora: tuple[float, ...]) -> dict[int, list[int]]:
         """Speculative drafts for this step's generating slots, sharing the micro-batch evenly."""
@@ -667,25 +596,3 @@ class Scheduler:
         for group in waiting:
             for task in group:
                 task.sink([Failed(message, kind="unavailable_error", status=503)])
-
-
-def _media_item(prompt: list[int], start: int, limit: int) -> list[int]:
-    """The placeholders of the media item that begins at ``start``, at most ``limit`` of them
-    (an item longer than a micro-batch cannot be decoded in one anyway)."""
-    item = media_slot(prompt[start])[0]
-    end = start
-    while end < len(prompt) and end - start < limit and prompt[end] < 0 and media_slot(prompt[end])[0] == item:
-        end += 1
-    return prompt[start:end]
-
-
-def _one_kind(chunk: list[int]) -> list[int]:
-    """The chunk up to where text turns into media or back (media placeholders are negative):
-    the runner decodes media rows in a batch of embeddings, text in a batch of tokens."""
-    if not chunk:
-        return chunk
-    media = chunk[0] < 0
-    for i, tok in enumerate(chunk):
-        if (tok < 0) != media:
-            return chunk[:i]
-    return chunk
