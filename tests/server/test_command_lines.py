@@ -72,7 +72,6 @@ SERVES: dict[str, list[str]] = {
     ],
 }
 REFUSES: dict[str, tuple[list[str], str]] = {
-    "router": (["--models-dir", "./models", "--models-max", "2"], "router mode"),
     "speculative": (
         ["-md", "draft.gguf", "--spec-draft-n-max", "16", "-ngld", "99", "-devd", "none"],
         "speculative decoding",

@@ -20,7 +20,7 @@ from tests.server.standin_hub import StandInHub
 REPO_ID = "fake/SmolLM2-135M-Instruct-GGUF"
 Q4 = "SmolLM2-135M-Instruct-Q4_K_M.gguf"
 CACHED_NAME = "fake_SmolLM2-135M-Instruct-GGUF_" + Q4
-SERVER_ARGS = ["-c", "2048", "-np", "1", "-t", "1"]  # one thread: steady on a busy 2-core machine
+SERVER_ARGS = ["-c", "2048", "-np", "1", "-t", "1", "--no-mmproj"]  # one thread: steady on a busy 2-core machine
 
 
 def sha256(path: Path) -> str:
@@ -37,7 +37,9 @@ def model_sha(model_path: str) -> str:
 
 
 def make_hub(model_path: str, **kwargs: object) -> StandInHub:
-    # A projector and a decoy quant sit beside the real file: picking either would fail to load.
+    # A projector and a decoy quant sit beside the real file: picking either as the model would
+    # fail to load. (-hf fetches a repo's projector too unless --no-mmproj, as llama-server does;
+    # tests/unit/test_hub.py covers that choice, these tests pass --no-mmproj.)
     hub = StandInHub(
         {
             REPO_ID: {
@@ -164,7 +166,7 @@ def test_a_dropped_transfer_resumes_within_the_same_run(
 ) -> None:
     hub = make_hub(model_path, cut_first_transfer_at=10 * 1024 * 1024)
     try:
-        cfg = config_from_args(["-hf", REPO_ID], environ=hub_env(hub.url, tmp_path))
+        cfg = config_from_args(["-hf", REPO_ID, "--no-mmproj"], environ=hub_env(hub.url, tmp_path))
     finally:
         hub.stop()
     assert cfg.model == str(tmp_path / CACHED_NAME) and sha256(Path(cfg.model)) == model_sha
