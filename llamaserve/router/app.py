@@ -25,11 +25,10 @@ from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 
-from llamaserve.api.cors import CORSMiddleware, CorsPolicy
-from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware
 from llamaserve.config import ServerConfig
 from llamaserve.errors import APIError
 from llamaserve.router.catalog import ModelSpec
+from llamaserve.router.edge import edge_app
 from llamaserve.router.metrics import merge_metrics
 from llamaserve.router.proxy import Upstream
 from llamaserve.router.registry import FAKE_DELAY_S, LOADED, LOADING, SLEEPING, Instance, Registry
@@ -94,16 +93,7 @@ def create_router_app(
     upstream: Upstream,
     reload_catalog: Callable[[], dict[str, ModelSpec]],
 ) -> FastAPI:
-    app = FastAPI(title="llamaserve router", docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
-    app.add_middleware(CORSMiddleware, policy=CorsPolicy.from_config(config))
-    app.add_middleware(AccessLogMiddleware)
-
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError) -> Response:
-        # The Anthropic routes answer in Anthropic's envelope, as on a single-model server.
-        anthropic = request.url.path.startswith("/v1/messages")
-        return _json(exc.anthropic_body() if anthropic else exc.openai_body(), exc.status)
+    app = edge_app("llamaserve router", config)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -23,10 +23,9 @@ import httpx
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from llamaserve.api.cors import CORSMiddleware, CorsPolicy
-from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware
 from llamaserve.config import ServerConfig
 from llamaserve.errors import APIError
+from llamaserve.router.edge import edge_app
 from llamaserve.router.metrics import merge_metrics
 from llamaserve.router.proxy import Upstream
 from llamaserve.scale.balancer import Balancer, Choice, NoMember
@@ -120,15 +119,7 @@ async def member_metrics(balancer: Balancer, client: httpx.AsyncClient) -> str:
 
 
 def create_front_app(config: ServerConfig, balancer: Balancer, upstream: Upstream) -> FastAPI:
-    app = FastAPI(title="llamaserve front", docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
-    app.add_middleware(CORSMiddleware, policy=CorsPolicy.from_config(config))
-    app.add_middleware(AccessLogMiddleware)
-
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError) -> Response:
-        anthropic = request.url.path.startswith("/v1/messages")
-        return _json(exc.anthropic_body() if anthropic else exc.openai_body(), exc.status)
+    app = edge_app("llamaserve front", config)
 
     @app.get("/health")
     @app.get("/v1/health")

@@ -64,6 +64,7 @@ ALLOWED: dict[str, set[str]] = {
         "sse",
         "router.proxy",
         "router.metrics",
+        "router.edge",
         "api.middleware",
         "api.cors",
         "api.listen",

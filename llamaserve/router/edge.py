@@ -1,0 +1,28 @@
+"""The app shell of a process that forwards requests to our servers (the router, the
+`--upstreams` front): API keys checked once here, CORS, the access log, and errors in the
+envelope of the API family asked (Anthropic's for /v1/messages, else llama-server's)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, Response
+
+from llamaserve.api.cors import CORSMiddleware, CorsPolicy
+from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware
+from llamaserve.config import ServerConfig
+from llamaserve.errors import APIError
+
+
+def edge_app(title: str, config: ServerConfig) -> FastAPI:
+    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
+    app.add_middleware(CORSMiddleware, policy=CorsPolicy.from_config(config))
+    app.add_middleware(AccessLogMiddleware)
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> Response:
+        anthropic = request.url.path.startswith("/v1/messages")
+        body = exc.anthropic_body() if anthropic else exc.openai_body()
+        return JSONResponse(body, status_code=exc.status, headers=exc.headers or None)
+
+    return app
