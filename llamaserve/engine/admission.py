@@ -7,7 +7,7 @@ refused at once (HTTP 429 with Retry-After) rather than waiting without end.
 
 `AdmissionControl` is used from two threads: HTTP handlers call `enter` when
 they submit, the scheduler thread calls `leave` when a request stops waiting
-(it got a slot, was aborted or failed) and `set_idle_slots` every step. One
+(it got a slot, was aborted or failed) and `set_idle_slots` when a slot starts or frees. One
 lock guards the counters; both sides hold it for a few additions.
 """
 

@@ -159,13 +159,14 @@ class Scheduler:
         if not plan:
             return
         self.stats.n_decode_total += 1
-        self.stats.n_busy_slots_total += sum(1 for s in self.slots if s.busy)
+        self.stats.n_busy_slots_total += self.stats.requests_processing  # kept by _count_busy
         self.runner.set_lora(lora)
         t_step = time.perf_counter()
         result = self.runner.step(plan)
-        n_generating = sum(1 for s in planned if s.state is SlotState.GENERATING)
-        n_prompt = sum(len(r.tokens) for r, s in zip(plan, planned) if s.state is SlotState.PREFILL)
-        self.prefill_budget.observe(time.perf_counter() - t_step, n_generating, n_prompt)
+        if self.prefill_budget.active:  # --max-itl-ms learns what a step costs
+            n_generating = sum(1 for s in planned if s.state is SlotState.GENERATING)
+            n_prompt = sum(len(r.tokens) for r, s in zip(plan, planned) if s.state is SlotState.PREFILL)
+            self.prefill_budget.observe(time.perf_counter() - t_step, n_generating, n_prompt)
         if result.error is not None:
             log.error("decode failed: %s", result.error)
             if result.no_space:
@@ -292,10 +293,8 @@ class Scheduler:
     def _admit_waiting(self) -> None:
         if not self._waiting:
             self.stats.requests_deferred = 0
-            self.admission.set_idle_slots(sum(1 for s in self.slots if not s.busy))
             return
         if all(s.busy for s in self.slots):
-            self.admission.set_idle_slots(0)
             self.stats.requests_deferred = sum(len(g) for g in self._waiting)
             return  # nothing can start: skip matching every waiting prompt against every slot
         still_waiting: list[list[Task]] = []
@@ -328,7 +327,12 @@ class Scheduler:
         self._waiting = still_waiting
         self.stats.requests_deferred = sum(len(g) for g in still_waiting)
         self._left_queue(left)
-        self.admission.set_idle_slots(sum(1 for s in self.slots if not s.busy))
+
+    def _count_busy(self) -> None:
+        """A slot started or finished: the busy count for /metrics, the idle one for the queue limits."""
+        busy = sum(1 for s in self.slots if s.busy)
+        self.stats.requests_processing = busy
+        self.admission.set_idle_slots(len(self.slots) - busy)
 
     def _left_queue(self, groups: list[list[Task]]) -> None:
         """These groups stopped waiting (started, failed or aborted): the queue limits count them out."""
@@ -389,7 +393,7 @@ class Scheduler:
                 slot.sampler.accept(tok)
         self.stats.prompt_tokens_cached_total += keep
         self.stats.queue_seconds_total += slot.t_start - task.t_submit if task.t_submit else 0.0
-        self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
+        self._count_busy()
         self._report_progress(slot, slot.t_start)  # the first report: only the cached part is done
         return True
 
@@ -408,7 +412,7 @@ class Scheduler:
             for tok in slot.prompt:
                 slot.sampler.accept(tok)
         leader.followers.append(slot)
-        self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
+        self._count_busy()
 
     # -------------------------------------------------------------- planning
     def _lora_for_step(self) -> tuple[float, ...]:
@@ -558,7 +562,7 @@ class Scheduler:
         slot.clear_task()
         slot.state = SlotState.IDLE
         slot.last_used = time.perf_counter()
-        self.stats.requests_processing = sum(1 for s in self.slots if s.busy)
+        self._count_busy()
 
     # ------------------------------------------------------ abort and failure
     def _abort(self, task_id: int) -> None:
