@@ -270,3 +270,21 @@ def test_tools_switched_off_in_settings_are_not_offered_or_run(
     expect(page.get_by_test_id("tool-allow")).to_have_count(0)
     offered = {t["function"]["name"] for t in script.bodies[0]["tools"]}
     assert "exec_shell_command" not in offered and "read_file" in offered and len(offered) == 6
+
+
+def test_a_page_without_animation_frames_still_shows_output_and_the_finished_call(
+    new_page: Callable[..., Page], tools_server: UIServer
+) -> None:
+    """A background tab gets no animation frames: the streamed output and the call's end must
+    still reach the page (rendering falls back to a timer)."""
+    page = new_page(tools_server, goto=False)
+    page.add_init_script("window.requestAnimationFrame = () => 1; window.cancelAnimationFrame = () => {};")
+    Script(page, [tool_turn("f1", "exec_shell_command", {"command": "echo framed"}), text_turn("Finished.")])
+    page.goto("/")
+    page.wait_for_selector('[data-testid="app"][data-ready="true"][data-tools="7"]')
+    ask(page, "run it")
+    page.get_by_test_id("tool-allow").click()
+    call = page.get_by_test_id("tool-call").first
+    expect(call).to_have_attribute("data-status", "done")
+    expect(call.get_by_test_id("tool-result-text")).to_have_text("framed\n\n[exit code: 0]")
+    expect(page.locator('[data-testid="message"][data-role="assistant"]').last).to_contain_text("Finished.")

@@ -700,14 +700,24 @@ function metaTitle(msg) {
   return lines.join("\n");
 }
 
-let frame = 0;
+// One render per frame while tokens stream. The timer backs up the frame: a page that
+// produces no frames (a background tab, some headless browsers) still shows a finished
+// call or turn. A render asked for another message first flushes the pending one.
+let pendingUpdate = null;
 function scheduleUpdate(msg) {
-  if (frame) return;
-  frame = requestAnimationFrame(() => {
-    frame = 0;
-    updateMessage(msg);
-    if (state.stick) scrollToBottom();
-  });
+  if (pendingUpdate?.msg === msg) return;
+  flushUpdate();
+  pendingUpdate = { msg, frame: requestAnimationFrame(flushUpdate), timer: setTimeout(flushUpdate, 200) };
+}
+
+function flushUpdate() {
+  if (!pendingUpdate) return;
+  const { msg, frame, timer } = pendingUpdate;
+  pendingUpdate = null;
+  cancelAnimationFrame(frame);
+  clearTimeout(timer);
+  updateMessage(msg);
+  if (state.stick) scrollToBottom();
 }
 
 function scrollToBottom(force = false) {
@@ -1078,7 +1088,7 @@ async function streamTurn(conv, controller, { toolChoiceNone = false } = {}) {
     else msg.error = err?.message || String(err);
   }
   if (clock.reasoningStart && msg.reasoningMs === undefined) msg.reasoningMs = Math.round(performance.now() - clock.reasoningStart);
-  if (frame) { cancelAnimationFrame(frame); frame = 0; }
+  flushUpdate();
   if (isCurrent(conv)) updateMessage(msg);
   return msg;
 }
