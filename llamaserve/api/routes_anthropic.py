@@ -25,6 +25,7 @@ from llamaserve.errors import APIError
 from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
 from llamaserve.serving import chat, generate
 from llamaserve.serving import messages as msgs
+from llamaserve.serving.messages_request import to_chat_request
 from llamaserve.serving.state import ServerState
 
 log = logging.getLogger("llamaserve.http")
@@ -59,7 +60,7 @@ def anthropic_routes(state: ServerState) -> APIRouter:
     async def create_message(request: Request) -> Response:
         rt = runtime_of(state)
         req = await read_json(request, MessagesRequest)
-        jobs = await chat.chat_request(rt, msgs.to_chat_request(req))
+        jobs = await chat.chat_request(rt, to_chat_request(req))
         tap = msgs.FinishTap(rt.engine)
         if req.stream:
             events = generate.stream(rt.engine, jobs)

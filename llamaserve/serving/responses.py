@@ -20,8 +20,8 @@ from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.protocol.responses import ResponsesRequest
 from llamaserve.serving import chat
+from llamaserve.serving.adapters import count_prompt_tokens, new_id
 from llamaserve.serving.chat import ChatChunk
-from llamaserve.serving.messages import count_prompt_tokens, new_id
 from llamaserve.serving.responses_input import to_chat_request
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.sse import named_event

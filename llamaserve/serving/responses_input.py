@@ -14,7 +14,7 @@ from typing import Any
 from llamaserve.errors import APIError
 from llamaserve.protocol.openai import ChatCompletionRequest
 from llamaserve.protocol.responses import ResponsesRequest
-from llamaserve.serving.messages import build_chat_request, forwarded_fields
+from llamaserve.serving.adapters import build_chat_request, forwarded_fields
 
 _OWN_FIELDS = {
     "model",

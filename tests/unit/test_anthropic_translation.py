@@ -17,7 +17,8 @@ from llamaserve.engine.types import Finished, Timings
 from llamaserve.errors import APIError
 from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
 from llamaserve.serving.chat import ChatChunk
-from llamaserve.serving.messages import MessageStream, error_event, message_body, to_chat_request
+from llamaserve.serving.messages import MessageStream, error_event, message_body
+from llamaserve.serving.messages_request import to_chat_request
 
 
 # ------------------------------------------------------------------ helpers
