@@ -317,7 +317,7 @@ def context_size(config: ServerConfig, n_ctx_train: int) -> int:
     if config.ctx_size:
         return config.ctx_size
     if config.kv_unified_per_slot > 0:
-        return config.effective_parallel * config.kv_unified_per_slot
+        return config.pool_slots * config.kv_unified_per_slot
     return n_ctx_train
 
 

@@ -138,6 +138,15 @@ BUILTIN_TOOL_NAMES = (
 )
 
 
+# -np auto. llama-server then gives 4 slots, and a request that arrives while they are busy
+# waits for one to finish: under load its time to first token is the queue. Auto here gives
+# more sequences than that, sharing one unified KV pool, and what decides whether a request
+# starts is the room left in that pool (engine/kv_room.py), not a free slot. The pool keeps
+# llama-server's size.
+AUTO_SLOTS = 32
+LLAMA_SERVER_AUTO_SLOTS = 4
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     model: str = ""  # empty until -hf/--model-url resolve it
@@ -145,7 +154,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     ctx_size: int = 0  # 0: the model's training context
-    n_parallel: int = -1  # -1: auto (4 slots, unified KV)
+    n_parallel: int = -1  # -1: auto (AUTO_SLOTS sequences sharing a unified KV)
     kv_unified: bool | None = None  # None: follows n_parallel auto
     batch_size: int = 2048
     ubatch_size: int = 512
@@ -288,7 +297,12 @@ class ServerConfig:
 
     @property
     def effective_parallel(self) -> int:
-        return 4 if self.n_parallel < 0 else self.n_parallel
+        return AUTO_SLOTS if self.n_parallel < 0 else self.n_parallel
+
+    @property
+    def pool_slots(self) -> int:
+        """The slot count that sizes the KV pool with --kv-unified-per-slot: llama-server's 4 for auto."""
+        return LLAMA_SERVER_AUTO_SLOTS if self.n_parallel < 0 else self.n_parallel
 
     @property
     def effective_kv_unified(self) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from llamaserve.engine.admission import AdmissionControl, QueueFull, QueueLimits
 from llamaserve.engine.inbox import Abort, Call, Message, Shutdown, Submit
+from llamaserve.engine.kv_room import KVRoom
 from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.reasoning_budget import ReasoningBudget
 from llamaserve.engine.runner import PlanRow, Runner, Sample
@@ -298,8 +299,13 @@ class Scheduler:
             self.stats.requests_deferred = sum(len(g) for g in self._waiting)
             return  # nothing can start: skip matching every waiting prompt against every slot
         still_waiting: list[list[Task]] = []
+        # With a unified KV pool the cells decide, not the idle slots (engine/kv_room.py).
+        room = KVRoom(self.slots, self.runner.n_ctx_seq) if self.kv.policy.kv_unified else None
         # Lower priority values first; equal ones in arrival order (task ids grow).
         for group in sorted(self._waiting, key=lambda g: (g[0].request.priority, g[0].id)):
+            if room is not None and not room.take(group[0].request, len(group)):
+                still_waiting.append(group)
+                continue
             if len(group) == 1:
                 slot = self._choose_slot(group[0].request)
                 if slot is None:
@@ -393,6 +399,7 @@ class Scheduler:
                 slot.sampler.accept(tok)
         self.stats.prompt_tokens_cached_total += keep
         self.stats.queue_seconds_total += slot.t_start - task.t_submit if task.t_submit else 0.0
+        self.kv.free_idle_cells(self.slots, self.runner.n_ctx_seq)
         self._count_busy()
         self._report_progress(slot, slot.t_start)  # the first report: only the cached part is done
         return True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from llamaserve.engine.kv_room import claimed_cells
 from llamaserve.engine.kvcache import CachePolicy, PromptCache, context_shift, plan_chunk_reuse
 from llamaserve.engine.runner import Runner
 from llamaserve.engine.slots import Slot, common_prefix_length
@@ -95,6 +96,21 @@ class SlotKV:
             if self.policy.kv_unified:
                 self._truncate(slot, 0)
                 self.stats.idle_slots_cleared += 1
+
+    def free_idle_cells(self, slots: list[Slot], n_cells: int) -> None:
+        """A unified pool: clear idle slots' KV, least recently used first, until what the busy
+        slots claim (engine/kv_room.py) and what idle slots still hold fit the pool. Without
+        this, idle conversations left in the pool (no host cache to park them in) would fill it."""
+        if not self.policy.kv_unified:
+            return
+        held = sum(s.n_past for s in slots if not s.busy)
+        over = claimed_cells(slots) + held - n_cells
+        for slot in sorted((s for s in slots if not s.busy and s.cache_tokens), key=lambda s: s.last_used):
+            if over <= 0:
+                return
+            over -= slot.n_past
+            log.debug("slot %d: idle KV cleared to make room in the unified pool", slot.id)
+            self._truncate(slot, 0)
 
     def _truncate(self, slot: Slot, keep: int) -> None:
         if keep < len(slot.cache_tokens):

@@ -89,11 +89,13 @@ def test_environment_variables_and_flag_precedence(model_file: str) -> None:
     assert cfg2.ctx_size == 512 and cfg2.jinja is True
 
 
-def test_parallel_auto_means_four_unified_slots(model_file: str) -> None:
+def test_parallel_auto_means_many_sequences_sharing_a_pool_sized_as_llama_server_sizes_it(model_file: str) -> None:
     cfg = config_from_args(["-m", model_file], environ={})
-    assert cfg.effective_parallel == 4 and cfg.effective_kv_unified is True
+    assert cfg.effective_parallel == 32 and cfg.effective_kv_unified is True
+    cfg = config_from_args(["-m", model_file, "--kv-unified-per-slot", "1024"], environ={})
+    assert cfg.pool_slots == 4  # the pool llama-server would size: 4 x 1024 cells
     cfg = config_from_args(["-m", model_file, "-np", "2"], environ={})
-    assert cfg.effective_parallel == 2 and cfg.effective_kv_unified is False
+    assert cfg.effective_parallel == 2 and cfg.pool_slots == 2 and cfg.effective_kv_unified is False
 
 
 def test_aliases_are_a_sorted_set_whose_first_names_the_model(model_file: str) -> None:
