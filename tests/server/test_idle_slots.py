@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,8 @@ def conversation(seed: int) -> str:
     return " ".join(f"w{seed}x{i}" for i in range(260))
 
 
-def ask(url: str, seed: int) -> dict[str, Any]:
-    body = {"prompt": conversation(seed), "n_predict": 4, "temperature": 0}
+def ask(url: str, seed: int, n_predict: int = 4) -> dict[str, Any]:
+    body = {"prompt": conversation(seed), "n_predict": n_predict, "temperature": 0}
     r = httpx.post(f"{url}/completion", json=body, timeout=300)
     assert r.status_code == 200, r.text
     answer: dict[str, Any] = r.json()
@@ -24,7 +25,7 @@ def ask(url: str, seed: int) -> dict[str, Any]:
 
 
 def test_three_long_conversations_in_turn_fit_and_come_back_cached(model_path: str, tmp_path: Path) -> None:
-    # Four slots share 2,048 cells: two idle 700-token conversations would leave no room for a third.
+    # The slots share 2,048 cells: two idle 700-token conversations would leave no room for a third.
     server = start_server(["-m", model_path, "-c", "2048", "-t", "2"], tmp_path)
     try:
         first = ask(server.url, 1)
@@ -60,5 +61,20 @@ def test_verbose_log_names_each_exchange_with_the_prompt_cache(model_path: str, 
         assert "updating prompt cache" in server.log()
         assert again["timings"]["cache_n"] > 0
         assert again["timings"]["prompt_n"] < first["timings"]["prompt_n"]
+    finally:
+        stop_server(server)
+
+
+def test_concurrent_long_prompts_beyond_the_pool_wait_for_room_and_all_answer(model_path: str, tmp_path: Path) -> None:
+    # Auto slots share 2,048 cells; five 700-token prompts sent at once need 3,500: started all
+    # together they would overflow the pool, and llama_decode's "no memory slot" would fail them all.
+    server = start_server(["-m", model_path, "-c", "2048", "-t", "2"], tmp_path)
+    try:
+        with ThreadPoolExecutor(5) as pool:
+            answers = list(pool.map(lambda seed: ask(server.url, seed, n_predict=8), range(10, 15)))
+        assert [a["tokens_predicted"] for a in answers] == [8] * 5
+        assert all(a["tokens_evaluated"] > 650 for a in answers)
+        slots = httpx.get(f"{server.url}/slots", timeout=30).json()
+        assert len(slots) == 32  # -np auto: many sequences, one pool
     finally:
         stop_server(server)

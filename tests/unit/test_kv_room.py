@@ -58,7 +58,7 @@ def test_a_waiting_long_request_keeps_its_claim_against_later_short_ones() -> No
 
 
 def test_requests_that_fit_together_start_together() -> None:
-    s, runner = pool(200)
+    s, _ = pool(200)
     outs = [submit(s, list(range(10 * i + 1, 10 * i + 31)), n_predict=10)[1] for i in range(4)]  # 4 x 40 cells
     s._drain_inbox(block=False)
     s._step()
