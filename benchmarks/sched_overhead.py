@@ -56,13 +56,15 @@ class NullSampler:
 class NullRunner:
     """The Runner seam with no model behind it: steps cost nothing, tokens cycle."""
 
-    n_ctx_seq = N_CTX
     n_batch = 2048
     n_ubatch = N_UBATCH
     can_shift = True
 
     def __init__(self, n_seq: int) -> None:
         self.n_seq_max = n_seq
+        # One unified pool that holds every slot's context (each capped at N_CTX), as a GPU's
+        # KV would for this workload: the KV room (engine/kv_room.py) never holds a request back.
+        self.n_ctx_seq = N_CTX * n_seq
         self._next = 100
         self._pieces = {t: f" w{t}".encode() for t in range(VOCAB)}
 
