@@ -84,7 +84,8 @@ Whitespace: one optional whitespace slot after every token, ``| " " | "\\n"{1,2}
 (llama.cpp's rule), so the model may pretty-print but can never loop on whitespace.
 
 The converter (the ``_Converter`` walk over the schema and the public API) is here; its parts
-are ``gbnf_rules`` (rule names, the size and time budget, repetition counts),
+are ``gbnf_rules`` (rule names, the size and time budget, repetition counts), ``schema_read``
+(local ``$ref`` targets, each schema object in one canonical form),
 ``schema_common`` (errors, limits, reading keyword values), ``schema_keywords`` (which keywords
 are enforced or ignored), ``schema_allof`` (merging allOf), ``schema_instances`` (whether a value
 satisfies a schema, for enum/const), ``gbnf_text`` (GBNF text and the shared JSON rules),
@@ -96,7 +97,6 @@ from __future__ import annotations
 
 import json
 import math
-import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
@@ -128,8 +128,9 @@ from llamaserve.chat.schema_common import (
     _Unsatisfiable,
 )
 from llamaserve.chat.schema_instances import InstanceChecker, json_eq
-from llamaserve.chat.schema_keywords import _FAMILIES, _SUPPORTED, _TYPES, _trivial
+from llamaserve.chat.schema_keywords import _FAMILIES
 from llamaserve.chat.schema_numbers import _SIGNIFICANT_DIGITS, _int_range_alts, _number_range_alts
+from llamaserve.chat.schema_read import LocalRefs, normalize_schema
 from llamaserve.chat.schema_regex import (
     _FORMATS,
     _RAlt,
@@ -165,9 +166,9 @@ class _Converter(RuleBook):
         self.ref_rules: dict[str, str] = {}
         # $refs entered since the last consumed token: meeting one again is left recursion.
         self.no_progress: set[str] = set()
-        self.root_id = root.get("$id") if isinstance(root, dict) else None
-        self.instances = InstanceChecker(self.normalize, self.resolve)  # filters enum/const values
-        self.allof = AllOfMerger(self.normalize, self.resolve, self.tick, max_rules)
+        self.refs = LocalRefs(root)
+        self.instances = InstanceChecker(normalize_schema, self.refs.resolve)  # filters enum/const values
+        self.allof = AllOfMerger(normalize_schema, self.refs.resolve, self.tick, max_rules)
 
     @contextmanager
     def progress(self) -> Iterator[None]:
@@ -178,104 +179,6 @@ class _Converter(RuleBook):
             yield
         finally:
             self.no_progress = saved
-
-    # ---- schema access ---------------------------------------------------------------------
-
-    def resolve(self, ref: Any, path: str) -> tuple[Any, str]:
-        """Follow a local ``$ref``; returns the target and its pointer (used as its path)."""
-        if not isinstance(ref, str):
-            raise _err(path, "$ref must be a string")
-        target_ref = ref
-        if isinstance(self.root_id, str) and ref.startswith(self.root_id.split("#")[0] + "#"):
-            target_ref = ref[len(self.root_id.split("#")[0]) :]
-        if not target_ref.startswith("#"):
-            raise _err(path, f"only local references ('#/...') are supported, got {ref!r}")
-        fragment = urllib.parse.unquote(target_ref[1:])
-        if fragment and not fragment.startswith("/"):
-            raise _err(path, f"anchor references are not supported, got {ref!r}")
-        node: Any = self.root
-        pointer = "#"
-        for raw in fragment.split("/")[1:] if fragment else []:
-            token = raw.replace("~1", "/").replace("~0", "~")
-            pointer = _ptr(pointer, token)
-            if isinstance(node, dict) and token in node:
-                node = node[token]
-            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-                node = node[int(token)]
-            else:
-                raise _err(path, f"cannot resolve $ref {ref!r}")
-        return node, pointer
-
-    def normalize(self, schema: Mapping[str, Any], path: str) -> dict[str, Any]:
-        """Keep the keywords that constrain, in one canonical form; reject what cannot be honoured.
-
-        Legacy forms are rewritten (``items: [..]`` -> ``prefixItems``, draft-4 boolean
-        ``exclusiveMinimum``) so the rest of the converter sees one dialect.
-        """
-        out: dict[str, Any] = {}
-        for key, value in schema.items():
-            kpath = _ptr(path, key)
-            if key in _SUPPORTED:
-                out[key] = value
-            elif key in ("patternProperties",):
-                if not isinstance(value, dict) or not all(_trivial(v) for v in value.values()):
-                    raise _err(kpath, "patternProperties is not supported")
-            elif key == "propertyNames":
-                if not _trivial(value):
-                    raise _err(kpath, "propertyNames is not supported")
-            elif key in ("dependentRequired", "dependentSchemas", "dependencies"):
-                if value not in ({}, None):
-                    raise _err(kpath, f"{key} is not supported")
-            elif key == "if":
-                if "then" in schema or "else" in schema:
-                    raise _err(kpath, "if/then/else is not supported")
-            elif key == "not":
-                raise _err(kpath, "'not' is not supported")
-            elif key == "contains":
-                if schema.get("minContains") != 0:
-                    raise _err(kpath, "contains is not supported")
-            elif key in ("$dynamicRef", "$recursiveRef"):
-                raise _err(kpath, f"{key} is not supported")
-            elif key in ("unevaluatedProperties", "unevaluatedItems"):
-                if _trivial(value):
-                    continue
-                if any(k in schema for k in ("allOf", "anyOf", "oneOf", "$ref")):
-                    raise _err(kpath, f"{key} next to allOf/anyOf/oneOf/$ref is not supported")
-                # Without composition, "unevaluated" is exactly "additional"; and when the
-                # additional keyword is present it evaluates everything, leaving nothing.
-                plain = "additionalProperties" if key == "unevaluatedProperties" else "items"
-                if plain not in schema:
-                    out[plain] = value
-            # Everything else (annotations, unknown keywords, then/else without if,
-            # minContains/maxContains without contains) does not constrain instances.
-        if isinstance(out.get("items"), list):
-            if "prefixItems" in out:
-                raise _err(_ptr(path, "items"), "items as a list together with prefixItems")
-            out["prefixItems"] = out.pop("items")
-            if "additionalItems" in schema:
-                out["items"] = schema["additionalItems"]
-        for bound, excl in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
-            flag = out.get(excl)
-            if isinstance(flag, bool):  # draft 4: a flag on the plain bound
-                del out[excl]
-                if flag:
-                    if bound not in out:
-                        raise _err(_ptr(path, excl), f"boolean {excl} without {bound}")
-                    out[excl] = out.pop(bound)
-        if "type" in out:
-            types = out["type"] if isinstance(out["type"], list) else [out["type"]]
-            for i, t in enumerate(types):
-                if t not in _TYPES:
-                    tpath = _ptr(path, "type", i) if isinstance(out["type"], list) else _ptr(path, "type")
-                    raise _err(tpath, f"unknown type {t!r}")
-            if not types:
-                raise _unsat(_ptr(path, "type"), "empty type list matches nothing")
-        for key in ("anyOf", "oneOf", "allOf"):
-            if key in out and (not isinstance(out[key], list) or not out[key]):
-                raise _err(_ptr(path, key), "expected a non-empty array of schemas")
-        if "enum" in out and not isinstance(out["enum"], list):
-            raise _err(_ptr(path, "enum"), "expected an array")
-        return out
 
     # ---- visiting --------------------------------------------------------------------------
 
@@ -309,7 +212,7 @@ class _Converter(RuleBook):
             raise _unsat(path, "the schema 'false' matches nothing")
         if not isinstance(schema, dict):
             raise _err(path, f"a schema must be an object or a boolean, not {type(schema).__name__}")
-        s = self.normalize(schema, path)
+        s = normalize_schema(schema, path)
         if "$ref" in s:
             if len(s) == 1:
                 return self.ref(s["$ref"], _ptr(path, "$ref"))
@@ -331,7 +234,7 @@ class _Converter(RuleBook):
         return " | ".join(named)
 
     def ref(self, ref: Any, path: str) -> str:
-        target, pointer = self.resolve(ref, path)
+        target, pointer = self.refs.resolve(ref, path)
         if pointer in self.no_progress:
             raise _err(path, f"$ref {ref!r} refers back to itself without consuming input (left recursion)")
         if pointer in self.ref_rules:

@@ -20,16 +20,15 @@ from llamaserve.engine.admission import AdmissionControl, QueueFull, QueueLimits
 from llamaserve.engine.inbox import Abort, Call, Message, Shutdown, Submit
 from llamaserve.engine.kv_room import KVRoom
 from llamaserve.engine.kvcache import CachePolicy
-from llamaserve.engine.reasoning_budget import ReasoningBudget
 from llamaserve.engine.runner import PlanRow, Runner, Sample
+from llamaserve.engine.slot_assign import bind_task, choose_slot
 from llamaserve.engine.slot_kv import SlotKV
 from llamaserve.engine.slot_reports import progress_event, slot_timings
-from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
+from llamaserve.engine.slots import Slot, SlotState, Task
 from llamaserve.engine.speculative import Speculator, apply_verified
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.step_budget import PrefillBudget
 from llamaserve.engine.step_plan import adapter_sets, plan_generating, plan_prefill
-from llamaserve.engine.textstream import TextStream
 from llamaserve.engine.types import (
     Event,
     EventSink,
@@ -307,7 +306,7 @@ class Scheduler:
                 still_waiting.append(group)
                 continue
             if len(group) == 1:
-                slot = self._choose_slot(group[0].request)
+                slot = choose_slot(self.slots, group[0].request, self.slot_prompt_similarity)
                 if slot is None:
                     still_waiting.append(group)
                 else:
@@ -317,7 +316,7 @@ class Scheduler:
             if len(idle) < len(group):
                 still_waiting.append(group)
                 continue
-            leader = self._choose_slot(group[0].request)
+            leader = choose_slot(self.slots, group[0].request, self.slot_prompt_similarity)
             if leader is None:  # the id_slot the choices asked for is busy: wait for it
                 still_waiting.append(group)
                 continue
@@ -346,23 +345,6 @@ class Scheduler:
             if group:
                 self.admission.leave(len(group), len(group[0].request.prompt_tokens))
 
-    def _choose_slot(self, req: GenerationRequest) -> Slot | None:
-        if req.id_slot >= 0:
-            slot = self.slots[req.id_slot]
-            return None if slot.busy else slot
-        idle = [s for s in self.slots if not s.busy]
-        if not idle:
-            return None
-        if req.cache_prompt and req.prompt_tokens:
-            best, best_len = None, 0
-            for s in idle:
-                n = common_prefix_length(s.cache_tokens, req.prompt_tokens)
-                if n > best_len:
-                    best, best_len = s, n
-            if best is not None and best_len / len(req.prompt_tokens) > self.slot_prompt_similarity:
-                return best
-        return min(idle, key=lambda s: s.last_used)
-
     def _start(self, slot: Slot, task: Task) -> bool:
         req = task.request
         prompt = req.prompt_tokens
@@ -384,19 +366,8 @@ class Scheduler:
         # Before this slot's KV is prepared, so that a state restored from host memory finds room.
         self.kv.park_idle([s for s in self.slots if s is not slot])
         keep = self.kv.prepare(slot, req)
-        slot.clear_task()
-        slot.task = task
-        slot.prompt = list(prompt)
+        bind_task(slot, task, SlotState.PREFILL, self.runner.new_sampler(req.sampling))
         slot.n_cached = keep
-        slot.state = SlotState.PREFILL
-        slot.stream = TextStream(req.stop)
-        slot.reasoning = ReasoningBudget(req.reasoning_budget) if req.reasoning_budget is not None else None
-        slot.t_start = time.perf_counter()
-        slot.last_task_id = task.id
-        slot.sampler = self.runner.new_sampler(req.sampling)
-        if req.sampling.uses_history():
-            for tok in prompt:
-                slot.sampler.accept(tok)
         self.stats.prompt_tokens_cached_total += keep
         self.stats.queue_seconds_total += slot.t_start - task.t_submit if task.t_submit else 0.0
         self.kv.free_idle_cells(self.slots, self.runner.n_ctx_seq)
@@ -405,19 +376,7 @@ class Scheduler:
         return True
 
     def _start_follower(self, slot: Slot, task: Task, leader: Slot) -> None:
-        slot.clear_task()
-        slot.task = task
-        slot.prompt = list(task.request.prompt_tokens)
-        slot.state = SlotState.FOLLOWING
-        slot.stream = TextStream(task.request.stop)
-        spec = task.request.reasoning_budget
-        slot.reasoning = ReasoningBudget(spec) if spec is not None else None
-        slot.t_start = time.perf_counter()
-        slot.last_task_id = task.id
-        slot.sampler = self.runner.new_sampler(task.request.sampling)
-        if task.request.sampling.uses_history():
-            for tok in slot.prompt:
-                slot.sampler.accept(tok)
+        bind_task(slot, task, SlotState.FOLLOWING, self.runner.new_sampler(task.request.sampling))
         leader.followers.append(slot)
         self._count_busy()
 

@@ -104,6 +104,8 @@ class SlotKV:
         if not self.policy.kv_unified:
             return
         held = sum(s.n_past for s in slots if not s.busy)
+        if not held:
+            return  # the usual case: --cache-idle-slots already parked and cleared them
         over = claimed_cells(slots) + held - n_cells
         for slot in sorted((s for s in slots if not s.busy and s.cache_tokens), key=lambda s: s.last_used):
             if over <= 0:

@@ -12,8 +12,6 @@ from pydantic import BaseModel, ValidationError
 from llamaserve.errors import APIError, validation_message
 from llamaserve.protocol.common import SamplingFields
 from llamaserve.protocol.openai import ChatCompletionRequest
-from llamaserve.serving import chat
-from llamaserve.serving.runtime import ModelRuntime
 
 
 def forwarded_fields(req: BaseModel, own: set[str]) -> dict[str, Any]:
@@ -33,9 +31,12 @@ def build_chat_request(data: dict[str, Any]) -> ChatCompletionRequest:
         raise APIError(validation_message(exc)) from None
 
 
-def count_prompt_tokens(rt: ModelRuntime, req: ChatCompletionRequest) -> int:
-    """The prompt a chat request would run, rendered and tokenized (no context-size check)."""
-    return chat.count_prompt_tokens(rt, req)
+def copy_set_fields(data: dict[str, Any], req: BaseModel, names: tuple[str, ...]) -> None:
+    """The fields of req that the client set (not None) go into the chat request under the same name."""
+    for name in names:
+        value = getattr(req, name)
+        if value is not None:
+            data[name] = value
 
 
 def new_id(prefix: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from llamaserve.errors import APIError
 from llamaserve.protocol.anthropic import AnthropicMessage, AnthropicTool, CountTokensRequest, ToolChoice
 from llamaserve.protocol.openai import ChatCompletionRequest
-from llamaserve.serving.adapters import build_chat_request, forwarded_fields, new_id
+from llamaserve.serving.adapters import build_chat_request, copy_set_fields, forwarded_fields, new_id
 
 # Fields of the Anthropic request that are translated, not forwarded as they are.
 _OWN_FIELDS = {
@@ -230,10 +230,7 @@ def to_chat_request(req: CountTokensRequest) -> ChatCompletionRequest:
     if req.system:
         messages.insert(0, {"role": "system", "content": _system(req.system)})
     data.update(model=req.model, messages=messages, n=1, stream=req.stream)
-    for name in ("temperature", "top_p", "top_k"):
-        value = getattr(req, name)
-        if value is not None:
-            data[name] = value
+    copy_set_fields(data, req, ("temperature", "top_p", "top_k"))
     if req.max_tokens is not None:
         data["max_tokens"] = req.max_tokens
     if req.stop_sequences:

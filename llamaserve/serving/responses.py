@@ -20,7 +20,7 @@ from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.protocol.responses import ResponsesRequest
 from llamaserve.serving import chat
-from llamaserve.serving.adapters import count_prompt_tokens, new_id
+from llamaserve.serving.adapters import new_id
 from llamaserve.serving.chat import ChatChunk
 from llamaserve.serving.responses_input import to_chat_request
 from llamaserve.serving.runtime import ModelRuntime
@@ -185,7 +185,8 @@ async def create_response(rt: ModelRuntime, req: ResponsesRequest, jobs: list[Ge
 def input_tokens(
     rt: ModelRuntime, req: ResponsesRequest, history: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    return {"object": "response.input_tokens", "input_tokens": count_prompt_tokens(rt, to_chat_request(req, history))}
+    n_tokens = chat.count_prompt_tokens(rt, to_chat_request(req, history))
+    return {"object": "response.input_tokens", "input_tokens": n_tokens}
 
 
 # -------------------------------------------------------------- streaming

@@ -14,7 +14,7 @@ from typing import Any
 from llamaserve.errors import APIError
 from llamaserve.protocol.openai import ChatCompletionRequest
 from llamaserve.protocol.responses import ResponsesRequest
-from llamaserve.serving.adapters import build_chat_request, forwarded_fields
+from llamaserve.serving.adapters import build_chat_request, copy_set_fields, forwarded_fields
 
 _OWN_FIELDS = {
     "model",
@@ -272,10 +272,7 @@ def to_chat_request(req: ResponsesRequest, history: list[dict[str, Any]] | None 
     if not messages:
         raise APIError("input: at least one input item is required")
     data.update(model=req.model, messages=messages, n=1, stream=req.stream)
-    for name in ("temperature", "top_p"):
-        value = getattr(req, name)
-        if value is not None:
-            data[name] = value
+    copy_set_fields(data, req, ("temperature", "top_p"))
     if req.max_output_tokens is not None:
         data["max_tokens"] = req.max_output_tokens
     if req.tools:
