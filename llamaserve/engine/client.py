@@ -66,20 +66,13 @@ _mailboxes_lock = threading.Lock()
 
 
 def mailbox_for(loop: asyncio.AbstractEventLoop) -> LoopMailbox:
+    """The loop's one mailbox. Looked up on the loop thread, once per request, so the
+    scheduler thread posts without touching this registry."""
     with _mailboxes_lock:
         box = _mailboxes.get(loop)
         if box is None:
             box = _mailboxes[loop] = LoopMailbox(loop)
         return box
-
-
-def deliver(loop: asyncio.AbstractEventLoop, fn: Callable[[T], object], value: T) -> None:
-    """Hand a value to the event loop from the scheduler thread.
-
-    At shutdown the loop may close before the scheduler's last events; those
-    have nobody left to read them, and the scheduler thread must not die of it.
-    """
-    mailbox_for(loop).post(fn, value)
 
 
 class EngineClient:
@@ -103,10 +96,11 @@ class EngineClient:
         """
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[tuple[int, list[Event]]] = asyncio.Queue()
+        mailbox = mailbox_for(loop)
 
         def sink_for(index: int) -> Callable[[list[Event]], None]:
             def sink(events: list[Event]) -> None:
-                deliver(loop, inbox.put_nowait, (index, events))
+                mailbox.post(inbox.put_nowait, (index, events))
 
             return sink
 
@@ -140,6 +134,7 @@ class EngineClient:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
+        mailbox = mailbox_for(loop)
 
         def reply(value: object, error: BaseException | None) -> None:
             def settle() -> None:
@@ -150,7 +145,7 @@ class EngineClient:
                 else:
                     future.set_result(value)  # type: ignore[arg-type]
 
-            deliver(loop, lambda _: settle(), None)
+            mailbox.post(lambda _: settle(), None)
 
         self.scheduler.call(fn, reply, idle_slot=idle_slot)
         return await future

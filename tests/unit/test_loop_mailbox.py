@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from llamaserve.engine.client import LoopMailbox, deliver
+from llamaserve.engine.client import LoopMailbox
 
 
 def test_values_from_another_thread_arrive_in_order_with_shared_wakeups() -> None:
@@ -66,5 +66,6 @@ def test_a_failing_consumer_does_not_drop_the_values_behind_it() -> None:
 def test_delivery_to_a_closed_loop_is_dropped_quietly() -> None:
     loop = asyncio.new_event_loop()
     loop.close()
-    deliver(loop, print, "nobody reads this")  # must not raise on the scheduler thread
-    deliver(loop, print, "nor this")
+    box = LoopMailbox(loop)
+    box.post(print, "nobody reads this")  # must not raise on the scheduler thread
+    box.post(print, "nor this")
