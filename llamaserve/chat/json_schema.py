@@ -83,8 +83,9 @@ without ``if``, ``if`` without ``then``/``else``, and any keyword JSON Schema do
 Whitespace: one optional whitespace slot after every token, ``| " " | "\\n"{1,2} [ \\t]{0,20}``
 (llama.cpp's rule), so the model may pretty-print but can never loop on whitespace.
 
-The converter (the ``_Converter`` walk over the schema and the public API) is here; its parts
-are ``gbnf_rules`` (rule names, the size and time budget, repetition counts), ``schema_read``
+The converter (the ``_Converter`` walk over the schema, composition, enum/const and the public
+API) is here; its parts are ``schema_scalars`` (strings, integers, numbers), ``schema_containers``
+(objects, arrays), ``gbnf_rules`` (rule names, the size and time budget, repetition counts), ``schema_read``
 (local ``$ref`` targets, each schema object in one canonical form),
 ``schema_common`` (errors, limits, reading keyword values), ``schema_keywords`` (which keywords
 are enforced or ignored), ``schema_allof`` (merging allOf), ``schema_instances`` (whether a value
@@ -95,56 +96,19 @@ they import nothing else from llamaserve and nothing outside the standard librar
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from decimal import Decimal
 from typing import Any, Final
 
-from llamaserve.chat.gbnf_rules import RuleBook
-from llamaserve.chat.gbnf_text import (
-    _JSON_SPECIAL,
-    _class_expr,
-    _gbnf_literal,
-    _group,
-    _iv,
-    _iv_complement,
-    _iv_intersect,
-    _json_char_expr,
-    _json_text_literal,
-    _json_value_gbnf,
-    _seq,
-)
+from llamaserve.chat.gbnf_text import _json_value_gbnf
 from llamaserve.chat.schema_allof import AllOfMerger
-from llamaserve.chat.schema_common import (
-    _MAX_DEPTH,
-    SchemaError,
-    _count,
-    _decimal,
-    _err,
-    _ptr,
-    _unsat,
-    _Unsatisfiable,
-)
+from llamaserve.chat.schema_common import _MAX_DEPTH, SchemaError, _decimal, _err, _ptr, _unsat, _Unsatisfiable
+from llamaserve.chat.schema_containers import ContainerRules
 from llamaserve.chat.schema_instances import InstanceChecker, json_eq
 from llamaserve.chat.schema_keywords import _FAMILIES
-from llamaserve.chat.schema_numbers import _SIGNIFICANT_DIGITS, _int_range_alts, _number_range_alts
 from llamaserve.chat.schema_read import LocalRefs, normalize_schema
-from llamaserve.chat.schema_regex import (
-    _FORMATS,
-    _RAlt,
-    _re_branches,
-    _re_fit_length,
-    _re_len,
-    _re_nonempty,
-    _re_nullable,
-    _RegexParser,
-    _RNode,
-    _RRep,
-    _RSeq,
-    _RSet,
-)
+from llamaserve.chat.schema_regex import _FORMATS
+from llamaserve.chat.schema_scalars import ScalarRules
 
 __all__ = [
     "JSON_OBJECT_GRAMMAR",
@@ -156,7 +120,7 @@ __all__ = [
 # The converter.
 
 
-class _Converter(RuleBook):
+class _Converter(ScalarRules, ContainerRules):
     """One schema's walk: each part of the schema becomes a rule of the grammar."""
 
     def __init__(self, root: Any, *, max_rules: int, max_grammar_bytes: int, deadline_s: float) -> None:
@@ -342,327 +306,6 @@ class _Converter(RuleBook):
             raise _unsat(path, "no enum/const value satisfies the schema")
         alts = list(literals)
         return f"{alts[0]} {ws}" if len(alts) == 1 else f"({' | '.join(alts)}) {ws}"
-
-    # ---- strings ---------------------------------------------------------------------------
-
-    def string(self, s: Mapping[str, Any], path: str, hint: str) -> str:
-        min_len = _count(s, "minLength", path) or 0
-        max_len = _count(s, "maxLength", path)
-        if max_len is not None and max_len < min_len:
-            raise _unsat(path, "maxLength is smaller than minLength")
-        pattern = s.get("pattern")
-        fmt = s.get("format")
-        ws = self.builtin("ws")
-        branches: list[_RNode] | None = None
-        if pattern is not None and fmt in _FORMATS:
-            # Two regular languages cannot be intersected in a grammar this simple; rather than
-            # drop the format (which format-asserting validators check), refuse.
-            raise _err(_ptr(path, "format"), f"format {fmt!r} together with a pattern is not supported")
-        if pattern is not None:
-            if not isinstance(pattern, str):
-                raise _err(_ptr(path, "pattern"), "expected a string")
-            ppath = _ptr(path, "pattern")
-            node = _RegexParser(pattern, ppath).parse()
-            branches = self.fit_branches(_re_branches(node, ppath), min_len, max_len, ppath)
-        elif fmt in _FORMATS:
-            fpath = _ptr(path, "format")
-            node = _RegexParser(_FORMATS[fmt], fpath).parse()
-            branches = self.fit_branches(_re_branches(node, fpath), min_len, max_len, fpath)
-        if branches is None:
-            if min_len == 0 and max_len is None:
-                return self.builtin("string")
-            content = self.repeat(self.builtin("char"), min_len, max_len, path)
-        else:
-            exprs = [self.regex(b, f"{hint}-re", path) for b in branches]
-            content = exprs[0] if len(exprs) == 1 else "(" + " | ".join(exprs) + ")"
-        return _seq(r'"\""', content, r'"\""', ws)
-
-    @staticmethod
-    def fit_branches(branches: list[_RNode], min_len: int, max_len: int | None, path: str) -> list[_RNode]:
-        if min_len == 0 and max_len is None:
-            return branches
-        fitted = [b for b in (_re_fit_length(x, min_len, max_len) for x in branches) if b is not None]
-        if fitted:
-            return fitted
-        if all(
-            _re_len(b)[0] > (max_len if max_len is not None else math.inf) or (_re_len(b)[1] or math.inf) < min_len
-            for b in branches
-        ):
-            raise _unsat(path, "no string matches both the pattern and the length limits")
-        raise _err(path, "cannot combine this pattern with minLength/maxLength")
-
-    def regex(self, node: _RNode, hint: str, path: str) -> str:
-        """GBNF for the JSON-encoded text of the strings ``node`` matches."""
-        self.tick(path)
-        if isinstance(node, _RSet):
-            if len(node.chars) == 1 and node.chars[0][0] == node.chars[0][1]:
-                return _json_text_literal(chr(node.chars[0][0]))
-            expr = _json_char_expr(node.chars)
-            if expr is None:
-                raise _unsat(path, "character class matches nothing")
-            return expr
-        if isinstance(node, _RSeq):
-            parts: list[str] = []
-            text = ""
-            for child in node.items:
-                if isinstance(child, _RSet) and len(child.chars) == 1 and (child.chars[0][0] == child.chars[0][1]):
-                    text += chr(child.chars[0][0])  # runs of literal characters: one literal
-                    continue
-                if text:
-                    parts.append(_json_text_literal(text))
-                    text = ""
-                parts.append(_group(self.regex(child, hint, path)))
-            if text:
-                parts.append(_json_text_literal(text))
-            return _seq(*parts) or '""'
-        if isinstance(node, _RAlt):
-            return "(" + " | ".join(self.regex(o, hint, path) for o in node.options) + ")"
-        if isinstance(node, _RRep):
-            item: _RNode | None = node.item
-            lo, hi = node.lo, node.hi
-            if _re_nullable(node.item):
-                # X{m,n} == X'{0,n} for the non-empty part X' (pad with empty words).
-                item, lo = _re_nonempty(node.item), 0
-            if item is None or hi == 0:
-                return '""'
-            sym = self.symbol(self.regex(item, hint, path), hint, path)
-            return self.repeat(sym, lo, hi, path) or '""'
-        return '""'  # pragma: no cover - anchors are removed before conversion
-
-    # ---- numbers ---------------------------------------------------------------------------
-
-    def integer(self, s: Mapping[str, Any], path: str) -> str:
-        lo: int | None = None
-        hi: int | None = None
-        if "minimum" in s:
-            lo = math.ceil(_decimal(s["minimum"], _ptr(path, "minimum")))
-        if "exclusiveMinimum" in s:
-            v = math.floor(_decimal(s["exclusiveMinimum"], _ptr(path, "exclusiveMinimum"))) + 1
-            lo = v if lo is None else max(lo, v)
-        if "maximum" in s:
-            hi = math.floor(_decimal(s["maximum"], _ptr(path, "maximum")))
-        if "exclusiveMaximum" in s:
-            v = math.ceil(_decimal(s["exclusiveMaximum"], _ptr(path, "exclusiveMaximum"))) - 1
-            hi = v if hi is None else min(hi, v)
-        if lo is None and hi is None:
-            return self.builtin("integer")
-        if lo is not None and hi is not None and lo > hi:
-            raise _unsat(path, "no integer lies within the bounds")
-        alts = _int_range_alts(lo, hi)
-        return f"({' | '.join(alts)}) {self.builtin('ws')}"
-
-    def number(self, s: Mapping[str, Any], path: str) -> str:
-        lo: Decimal | None = None
-        lo_excl = False
-        hi: Decimal | None = None
-        hi_excl = False
-        for key, excl in (("minimum", False), ("exclusiveMinimum", True)):
-            if key in s:
-                v = _decimal(s[key], _ptr(path, key))
-                if lo is None or v > lo or (v == lo and excl):
-                    lo, lo_excl = v, excl
-        for key, excl in (("maximum", False), ("exclusiveMaximum", True)):
-            if key in s:
-                v = _decimal(s[key], _ptr(path, key))
-                if hi is None or v < hi or (v == hi and excl):
-                    hi, hi_excl = v, excl
-        if lo is None and hi is None:
-            return self.builtin("number")
-        if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_excl or hi_excl))):
-            raise _unsat(path, "no number lies within the bounds")
-        alts = _number_range_alts(lo, lo_excl, hi, hi_excl)
-        if not alts:
-            raise _err(
-                path,
-                f"no number within the bounds can be written with at most {_SIGNIFICANT_DIGITS} significant digits",
-            )
-        return f"({' | '.join(alts)}) {self.builtin('ws')}"
-
-    # ---- objects ---------------------------------------------------------------------------
-
-    def object(self, s: Mapping[str, Any], path: str, hint: str) -> str:
-        props = s.get("properties", {})
-        if not isinstance(props, dict) or not all(isinstance(k, str) for k in props):
-            raise _err(_ptr(path, "properties"), "expected an object with string keys")
-        required = s.get("required", [])
-        if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
-            raise _err(_ptr(path, "required"), "expected an array of strings")
-        required_set = set(required)
-        explicit_extra = "additionalProperties" in s
-        extra: Any = s.get("additionalProperties", True)
-        entries: list[tuple[str, Any, str]] = [(k, v, _ptr(path, "properties", k)) for k, v in props.items()]
-        for k in dict.fromkeys(required):
-            if k not in props:  # required but only allowed through additionalProperties
-                if not explicit_extra:
-                    entries.append((k, True, _ptr(path, "required")))  # any value, as JSON Schema says
-                    continue
-                if extra is False:
-                    raise _unsat(
-                        _ptr(path, "required"), f"required property {k!r} is forbidden by additionalProperties"
-                    )
-                entries.append((k, extra, _ptr(path, "additionalProperties")))
-        for k, v, kpath in entries:
-            if v is False and k in required_set:
-                raise _unsat(kpath, f"required property {k!r} can have no valid value")
-        declared = [k for k, _, _ in entries]
-        live = [(k, v, p) for k, v, p in entries if v is not False]
-        n_required = sum(1 for k, _, _ in live if k in required_set)
-        min_props = _count(s, "minProperties", path)
-        max_props = _count(s, "maxProperties", path)
-        if not explicit_extra and props:
-            # Declared properties and no word on others: only the declared ones are offered, as
-            # llama.cpp's converter does. JSON Schema would allow any extra key; a model offered
-            # that freedom invents keys until max_tokens (seen with SmolLM2 on instructor's
-            # typical Person schema), so `additionalProperties: true` or a schema asks for it.
-            extra = False
-        if max_props is not None and not explicit_extra:
-            extra = False  # implicit extras cannot be counted: offer none (stricter, still valid)
-        if min_props is not None and min_props > max(n_required, 1):
-            raise _err(
-                _ptr(path, "minProperties"), "minProperties above the number of required properties is not supported"
-            )
-        # minProperties 1 without required properties: the member list must not be empty.
-        non_empty = min_props is not None and min_props >= 1
-        if max_props is not None:
-            if max_props < n_required:
-                raise _unsat(_ptr(path, "maxProperties"), "fewer than the required properties")
-            if extra is not False or len(live) > max_props:
-                raise _err(
-                    _ptr(path, "maxProperties"),
-                    "maxProperties below the number of possible properties is not supported",
-                )
-        ws = self.builtin("ws")
-        kvs: list[tuple[str, bool]] = []
-        with self.progress():
-            for k, v, kpath in live:
-                value = self.visit(v, kpath, f"{hint}-{k}")
-                key_lit = _gbnf_literal(json.dumps(k, ensure_ascii=False))
-                kv = self.rule(f"{hint}-{k}-kv", f'{key_lit} {ws} ":" {ws} {value}', kpath)
-                kvs.append((kv, k in required_set))
-            extra_kv = extra_next = None
-            if extra is not False:
-                epath = _ptr(path, "additionalProperties")
-                key = self.not_keys(declared, f"{hint}-key", epath)
-                value = self.visit(extra, epath, f"{hint}-additional")
-                extra_kv = self.rule(f"{hint}-additional-kv", f'{key} ":" {ws} {value}', epath)
-                extra_next = self.rule(f"{hint}-additional-next", f'"," {ws} {extra_kv}', epath)
-        extra_tail = f"{extra_next}*" if extra_next else ""
-
-        def item(i: int) -> str:
-            kv, req = kvs[i]
-            return f'"," {ws} {kv}' if req else f'("," {ws} {kv})?'
-
-        # The first member written has no comma. With optional members, "the first one written"
-        # can be any of them up to (and including) the first required one: one alternative each,
-        # followed by a shared tail rule for the rest -- linear in the number of properties.
-        n = len(kvs)
-        first_req = next((i for i, (_, req) in enumerate(kvs) if req), None)
-        last_head = n - 1 if first_req is None else first_req
-        heads: list[str] = []
-        if n:
-            tails: dict[int, str] = {}
-            tail = _seq(*(item(i) for i in range(last_head + 1, n)), extra_tail)
-            # Referenced twice (by the last head and the previous tail) only if last_head > 0.
-            tails[last_head + 1] = self.rule(f"{hint}-tail", tail, path) if (tail and last_head > 0) else tail
-            for i in range(last_head, 0, -1):
-                tails[i] = self.rule(f"{hint}-tail", _seq(item(i), tails[i + 1]), path)
-            heads = [_seq(kvs[j][0], tails[j + 1]) for j in range(last_head + 1)]
-        if first_req is None and extra_kv:
-            heads.append(_seq(extra_kv, extra_tail))
-        if not heads:
-            if non_empty:
-                raise _unsat(_ptr(path, "minProperties"), "no property is allowed")
-            return f'"{{" {ws} "}}" {ws}'
-        head = heads[0] if len(heads) == 1 else self.rule(f"{hint}-members", " | ".join(heads), path)
-        if first_req is None and not non_empty:
-            head = f"({head})?" if " " in head else f"{head}?"
-        return f'"{{" {ws} {head} "}}" {ws}'
-
-    def not_keys(self, names: Sequence[str], hint: str, path: str) -> str:
-        """A JSON string (with ws) that is none of ``names``, written without escapes.
-
-        A trie over the names: at each node the next character may leave the trie (then anything
-        may follow), follow an edge, or end the string unless the node spells a declared name.
-        """
-        if not names:
-            return self.builtin("string")
-        rest = self.builtin("key-rest")
-        ws = self.builtin("ws")
-        trie: dict[str, Any] = {}
-        for name in names:
-            if any(c in '"\\' or ord(c) < 0x20 for c in name):
-                continue  # cannot be spelled with raw characters anyway
-            node = trie
-            for c in name:
-                node = node.setdefault(c, {})
-            node[""] = {}  # end marker
-
-        def build(node: dict[str, Any]) -> str:
-            self.tick(path)
-            children = sorted(c for c in node if c)
-            leave = _iv_intersect(
-                _iv_complement(_iv([(ord(c), ord(c)) for c in children])),
-                _iv_complement(_JSON_SPECIAL),
-            )
-            alts = [f"{_class_expr(leave)} {rest}"] if leave else []
-            alts += [f"{_gbnf_literal(c)} {build(node[c])}" for c in children]
-            if "" not in node:
-                alts.append(f'"\\"" {ws}')
-            return self.rule(hint, " | ".join(alts), path)
-
-        return self.rule(hint, f'"\\"" {build(trie)}', path)
-
-    # ---- arrays ----------------------------------------------------------------------------
-
-    def array(self, s: Mapping[str, Any], path: str, hint: str) -> str:
-        prefix = s.get("prefixItems", [])
-        if not isinstance(prefix, list):
-            raise _err(_ptr(path, "prefixItems"), "expected an array")
-        items: Any = s.get("items", True)
-        min_items = _count(s, "minItems", path) or 0
-        max_items = _count(s, "maxItems", path)
-        for i, p in enumerate(prefix):
-            if p is False:  # no valid value at position i: the array ends before it
-                prefix = prefix[:i]
-                max_items = i if max_items is None else min(max_items, i)
-                break
-        k = len(prefix)
-        if items is False:
-            max_items = k if max_items is None else min(max_items, k)
-        if max_items is not None and min_items > max_items:
-            raise _unsat(path, "no array length satisfies the item count limits")
-        if s.get("uniqueItems") is True and (max_items is None or max_items > 1):
-            raise _err(_ptr(path, "uniqueItems"), "uniqueItems is not supported")
-        ws = self.builtin("ws")
-        if max_items == 0:
-            return f'"[" {ws} "]" {ws}'
-        with self.progress():
-            syms = [self.visit(p, _ptr(path, "prefixItems", i), f"{hint}-{i}") for i, p in enumerate(prefix)]
-            item_sym = None
-            if max_items is None or max_items > k:
-                item_sym = self.visit(items, _ptr(path, "items"), f"{hint}-item")
-
-        def following(i: int) -> str:
-            """Elements from index i on (i elements already written), each after a comma."""
-            if max_items is not None and i >= max_items:
-                return ""
-            if i >= k:
-                if item_sym is None:
-                    return ""
-                nxt = self.rule(f"{hint}-next", f'"," {ws} {item_sym}', path)
-                hi = None if max_items is None else max_items - i
-                return self.repeat(nxt, max(0, min_items - i), hi, path)
-            inner = _seq(f'"," {ws}', syms[i], following(i + 1))
-            return inner if i < min_items else f"({inner})?"
-
-        if k:
-            content = _seq(syms[0], following(1))
-        else:
-            assert item_sym is not None
-            content = _seq(item_sym, following(1))
-        if min_items == 0:
-            content = f"({content})?" if " " in content else f"{content}?"
-        return f'"[" {ws} {content} "]" {ws}'
 
 
 def schema_to_grammar(

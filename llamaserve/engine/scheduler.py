@@ -23,19 +23,19 @@ from llamaserve.engine.kvcache import CachePolicy
 from llamaserve.engine.runner import PlanRow, Runner, Sample
 from llamaserve.engine.slot_assign import bind_task, choose_slot
 from llamaserve.engine.slot_kv import SlotKV
-from llamaserve.engine.slot_reports import progress_event, slot_timings
+from llamaserve.engine.slot_reports import finished_event, progress_event
 from llamaserve.engine.slots import Slot, SlotState, Task
 from llamaserve.engine.speculative import Speculator, apply_verified
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.step_budget import PrefillBudget
 from llamaserve.engine.step_plan import adapter_sets, plan_generating, plan_prefill
+from llamaserve.engine.token_outcome import take_token
 from llamaserve.engine.types import (
     Event,
     EventSink,
     Failed,
     Finished,
     GenerationRequest,
-    TextDelta,
 )
 
 log = logging.getLogger("llamaserve.scheduler")
@@ -426,87 +426,16 @@ class Scheduler:
     ) -> None:
         task = slot.task
         assert task is not None
-        req = task.request
-        token = sample.token
         entry = outbox.get(task.id)
         if entry is None:
             entry = outbox[task.id] = (task.sink, [])
-        events = entry[1]
-        if req.n_predict == 0:  # only the prompt was wanted (e.g. scored with echo)
-            events.append(self._finish(slot, "limit", now))
-            return
-        if slot.reasoning is not None:
-            # The budget is spent: the closing tokens replace what the model sampled.
-            forced = slot.reasoning.next_forced()
-            if forced is not None:
-                token = forced
-                sample = Sample(token)
-        slot.generated.append(token)
-        stop_type = ""
-        if self.runner.is_eog(token) and not req.sampling.ignore_eos:
-            stop_type = "eos"
-        else:
-            slot.unsent_tokens.append(token)
-            if sample.logprob is not None:
-                slot.unsent_logprobs.append(sample.logprob)
-            piece = self.runner.piece(token)
-            text = slot.stream.push(piece)
-            if slot.reasoning is not None:
-                slot.reasoning.observe(piece.decode("utf-8", errors="replace"))
-            if text:
-                timings = slot_timings(slot, now) if req.timings_per_token else None
-                events.append(TextDelta(text, slot.unsent_tokens, slot.unsent_logprobs, timings))
-                slot.unsent_tokens, slot.unsent_logprobs = [], []
-            n_gen = len(slot.generated)
-            if slot.stream.stopped:
-                stop_type = "word"
-            elif req.n_predict >= 0 and n_gen >= req.n_predict:
-                stop_type = "limit"
-            elif slot.n_past + 1 >= slot.n_ctx:
-                if self.kv.shifts_context:
-                    self.kv.shift(slot)
-                else:
-                    stop_type = "limit"  # the slot's context is full
-            elif (
-                req.t_max_predict_ms > 0
-                and slot.stream.saw_newline
-                and (now - slot.t_prompt_done) * 1000.0 > req.t_max_predict_ms
-            ):
-                stop_type = "limit"
-        if not stop_type:
-            slot.next_token = token
-            return
-        if stop_type != "word":
-            if stop_type == "eos" and sample.logprob is not None:
-                slot.unsent_logprobs.append(sample.logprob)  # the end token's own probability
-            # An end token's piece is empty unless -sp shows special tokens: then the text ends
-            # with it (<|im_end|>), as llama-server's does.
-            tail = slot.stream.push(self.runner.piece(token)) if stop_type == "eos" and self.show_special else ""
-            tail += slot.stream.flush()
-            if tail or slot.unsent_tokens:
-                events.append(TextDelta(tail, slot.unsent_tokens, slot.unsent_logprobs))
-                slot.unsent_tokens, slot.unsent_logprobs = [], []
-        events.append(self._finish(slot, stop_type, now))
+        stop_type = take_token(slot, sample, now, self.runner, self.kv, self.show_special, entry[1])
+        if stop_type:
+            entry[1].append(self._finish(slot, stop_type, now))
 
     def _finish(self, slot: Slot, stop_type: str, now: float) -> Finished:
-        n_gen = len(slot.generated)
-        timings = slot_timings(slot, now)
-        gen_ms = timings.predicted_ms
-        self.stats.tokens_predicted_total += n_gen
-        self.stats.tokens_predicted_seconds_total += gen_ms / 1000.0
-        self.stats.tokens_predicted_steps_total += timings.predicted_steps
-        self.stats.n_tokens_max = max(self.stats.n_tokens_max, slot.n_past + 1)
-        finished = Finished(
-            stop_type=stop_type,
-            stopping_word=slot.stream.stopping_word,
-            n_prompt_tokens=len(slot.prompt),
-            n_cached=slot.n_cached,
-            n_predicted=n_gen,
-            timings=timings,
-            id_slot=slot.id,
-            truncated=slot.truncated,
-            prompt_logprobs=slot.prompt_logprobs,
-        )
+        finished = finished_event(slot, stop_type, now)
+        self.stats.count_finished(finished.timings, slot.n_past + 1)
         self.admission.served(now - slot.t_start)
         self._release(slot)
         return finished

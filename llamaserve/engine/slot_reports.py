@@ -1,9 +1,9 @@
-"""What a slot reports of its request's progress: llama-server's `timings` and `prompt_progress`."""
+"""What a slot reports of its request: llama-server's `timings`, `prompt_progress` and the final summary."""
 
 from __future__ import annotations
 
 from llamaserve.engine.slots import Slot
-from llamaserve.engine.types import GenerationRequest, PromptProgress, TextDelta, Timings
+from llamaserve.engine.types import Finished, GenerationRequest, PromptProgress, TextDelta, Timings
 
 
 def slot_timings(slot: Slot, now: float) -> Timings:
@@ -36,3 +36,18 @@ def progress_event(slot: Slot, request: GenerationRequest, now: float) -> TextDe
         done = max(progress.processed - slot.n_cached, 0)
         timings = Timings(cache_n=slot.n_cached, prompt_n=done, prompt_ms=progress.time_ms if done else 0.0)
     return TextDelta("", [], progress=progress, timings=timings)
+
+
+def finished_event(slot: Slot, stop_type: str, now: float) -> Finished:
+    """The request's last event: why it stopped, what it cost, what the slot held."""
+    return Finished(
+        stop_type=stop_type,
+        stopping_word=slot.stream.stopping_word,
+        n_prompt_tokens=len(slot.prompt),
+        n_cached=slot.n_cached,
+        n_predicted=len(slot.generated),
+        timings=slot_timings(slot, now),
+        id_slot=slot.id,
+        truncated=slot.truncated,
+        prompt_logprobs=slot.prompt_logprobs,
+    )

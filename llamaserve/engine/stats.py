@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llamaserve.engine.types import Timings
+
 
 @dataclass
 class SchedulerStats:
@@ -29,3 +31,11 @@ class SchedulerStats:
     spec_draft_tokens_total: int = 0  # tokens drafted and sent for verification
     spec_accepted_tokens_total: int = 0  # of those, the ones the target model agreed with
     spec_drafts_total: int = 0  # verification rows (one per draft)
+
+    def count_finished(self, timings: Timings, n_tokens: int) -> None:
+        """A request ended: its generated tokens count towards the rates; ``n_tokens`` is the
+        most its slot held (prompt and answer), for llamacpp:n_tokens_max."""
+        self.tokens_predicted_total += timings.predicted_n
+        self.tokens_predicted_seconds_total += timings.predicted_ms / 1000.0
+        self.tokens_predicted_steps_total += timings.predicted_steps
+        self.n_tokens_max = max(self.n_tokens_max, n_tokens)

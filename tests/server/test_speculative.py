@@ -33,12 +33,16 @@ PARALLEL = [
     "Count: one two three four five six seven eight nine ten. Count again: one two three",
     "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n",
 ]
+# Any fruit after the first two ends the answer: where the list is copied faithfully the stop
+# falls mid-answer, and the kernels of one CPU or another (which tilt SmolLM2 between a faithful
+# copy and "pears, pears, ...") cannot carry the answer past all of them to n_predict.
+STOPS = ITEMS.split(", ")[2:]
 GRAMMAR = 'root ::= (" " fruit ",")+\nfruit ::= "apples" | "pears" | "plums" | "cherries" | "grapes" | "lemons"'
 BASE = {"temperature": 0, "n_predict": 32, "return_tokens": True}
 CASES: dict[str, dict[str, Any]] = {
     "single": {"prompt": PROMPT},
     "streamed": {"prompt": PROMPT, "stream": True},
-    "stop string": {"prompt": PROMPT, "stop": ["melons"]},
+    "stop string": {"prompt": PROMPT, "stop": STOPS},
     "grammar": {"prompt": PROMPT, "grammar": GRAMMAR, "n_predict": 24},
 }
 
@@ -114,7 +118,7 @@ def test_answers_are_token_for_token_the_plain_ones(answers: dict[str, Any], ser
     assert fast["content"] == plain["content"]
     assert fast["stop_type"] == plain["stop_type"]
     if case == "stop string":
-        assert plain["stop_type"] == "word" and plain["stopping_word"] == "melons"
+        assert plain["stop_type"] == "word" and plain["stopping_word"] in STOPS, plain["content"]
 
 
 @pytest.mark.parametrize("server", SPECULATIVE)

@@ -1,0 +1,82 @@
+"""What one sampled token does to its request: the text it adds, and whether the request ends.
+
+The scheduler hands every sampled token of a slot here, in order. This is llama-server's stop
+logic: an end-of-generation token ("eos"), a stop string ("word"), `n_predict`, a full slot
+context or `t_max_predict_ms` ("limit"); a full context shifts instead where --context-shift
+allows it.
+"""
+
+from __future__ import annotations
+
+from llamaserve.engine.runner import Runner, Sample
+from llamaserve.engine.slot_kv import SlotKV
+from llamaserve.engine.slot_reports import slot_timings
+from llamaserve.engine.slots import Slot
+from llamaserve.engine.types import Event, TextDelta
+
+
+def take_token(
+    slot: Slot, sample: Sample, now: float, runner: Runner, kv: SlotKV, show_special: bool, events: list[Event]
+) -> str:
+    """Append the token's text events to ``events``; return its stop type, "" while it goes on.
+
+    On a stop the text still held back (a partial stop string, an incomplete UTF-8 character)
+    is flushed into ``events``; the caller appends the `Finished` event after it.
+    """
+    task = slot.task
+    assert task is not None
+    req = task.request
+    if req.n_predict == 0:  # only the prompt was wanted (e.g. scored with echo)
+        return "limit"
+    token = sample.token
+    if slot.reasoning is not None:
+        # The budget is spent: the closing tokens replace what the model sampled.
+        forced = slot.reasoning.next_forced()
+        if forced is not None:
+            token = forced
+            sample = Sample(token)
+    slot.generated.append(token)
+    if runner.is_eog(token) and not req.sampling.ignore_eos:
+        if sample.logprob is not None:
+            slot.unsent_logprobs.append(sample.logprob)  # the end token's own probability
+        # An end token's piece is empty unless -sp shows special tokens: then the text ends
+        # with it (<|im_end|>), as llama-server's does.
+        tail = slot.stream.push(runner.piece(token)) if show_special else ""
+        _flush(slot, tail, events)
+        return "eos"
+    slot.unsent_tokens.append(token)
+    if sample.logprob is not None:
+        slot.unsent_logprobs.append(sample.logprob)
+    piece = runner.piece(token)
+    text = slot.stream.push(piece)
+    if slot.reasoning is not None:
+        slot.reasoning.observe(piece.decode("utf-8", errors="replace"))
+    if text:
+        timings = slot_timings(slot, now) if req.timings_per_token else None
+        events.append(TextDelta(text, slot.unsent_tokens, slot.unsent_logprobs, timings))
+        slot.unsent_tokens, slot.unsent_logprobs = [], []
+    if slot.stream.stopped:
+        return "word"  # the stream already cut the text at the stop string
+    stop_type = ""
+    if req.n_predict >= 0 and len(slot.generated) >= req.n_predict:
+        stop_type = "limit"
+    elif slot.n_past + 1 >= slot.n_ctx:
+        if kv.shifts_context:
+            kv.shift(slot)
+        else:
+            stop_type = "limit"  # the slot's context is full
+    elif slot.stream.saw_newline and 0 < req.t_max_predict_ms < (now - slot.t_prompt_done) * 1000.0:
+        stop_type = "limit"
+    if stop_type:
+        _flush(slot, "", events)
+    else:
+        slot.next_token = token
+    return stop_type
+
+
+def _flush(slot: Slot, tail: str, events: list[Event]) -> None:
+    """The request ends: the text and tokens not yet sent go out in one last delta."""
+    tail += slot.stream.flush()
+    if tail or slot.unsent_tokens:
+        events.append(TextDelta(tail, slot.unsent_tokens, slot.unsent_logprobs))
+        slot.unsent_tokens, slot.unsent_logprobs = [], []
