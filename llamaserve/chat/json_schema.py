@@ -84,9 +84,9 @@ Whitespace: one optional whitespace slot after every token, ``| " " | "\\n"{1,2}
 (llama.cpp's rule), so the model may pretty-print but can never loop on whitespace.
 
 The converter (the ``_Converter`` walk over the schema, composition, enum/const and the public
-API) is here; its parts are ``schema_scalars`` (strings, integers, numbers), ``schema_containers``
-(objects, arrays), ``gbnf_rules`` (rule names, the size and time budget, repetition counts), ``schema_read``
-(local ``$ref`` targets, each schema object in one canonical form),
+API) is here. Its parts: ``schema_scalars`` (strings, integers, numbers), ``schema_containers``
+(objects, arrays), ``gbnf_rules`` (rule names, the size and time budget, repetition counts),
+``schema_read`` (local ``$ref`` targets, each schema object in one canonical form),
 ``schema_common`` (errors, limits, reading keyword values), ``schema_keywords`` (which keywords
 are enforced or ignored), ``schema_allof`` (merging allOf), ``schema_instances`` (whether a value
 satisfies a schema, for enum/const), ``gbnf_text`` (GBNF text and the shared JSON rules),

@@ -47,16 +47,18 @@ class ScalarRules(RuleBook):
             # Two regular languages cannot be intersected in a grammar this simple; rather than
             # drop the format (which format-asserting validators check), refuse.
             raise _err(_ptr(path, "format"), f"format {fmt!r} together with a pattern is not supported")
+        # A format is a pattern of ours: both become regex branches fitted to the length limits.
+        regex: tuple[str, str] | None = None
         if pattern is not None:
             if not isinstance(pattern, str):
                 raise _err(_ptr(path, "pattern"), "expected a string")
-            ppath = _ptr(path, "pattern")
-            node = _RegexParser(pattern, ppath).parse()
-            branches = self.fit_branches(_re_branches(node, ppath), min_len, max_len, ppath)
+            regex = pattern, _ptr(path, "pattern")
         elif fmt in _FORMATS:
-            fpath = _ptr(path, "format")
-            node = _RegexParser(_FORMATS[fmt], fpath).parse()
-            branches = self.fit_branches(_re_branches(node, fpath), min_len, max_len, fpath)
+            regex = _FORMATS[fmt], _ptr(path, "format")
+        if regex is not None:
+            source, rpath = regex
+            node = _RegexParser(source, rpath).parse()
+            branches = self.fit_branches(_re_branches(node, rpath), min_len, max_len, rpath)
         if branches is None:
             if min_len == 0 and max_len is None:
                 return self.builtin("string")

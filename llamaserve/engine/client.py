@@ -136,16 +136,17 @@ class EngineClient:
         future: asyncio.Future[T] = loop.create_future()
         mailbox = mailbox_for(loop)
 
-        def reply(value: object, error: BaseException | None) -> None:
-            def settle() -> None:
-                if future.cancelled():
-                    return
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(value)  # type: ignore[arg-type]
+        def settle(outcome: tuple[object, BaseException | None]) -> None:
+            value, error = outcome
+            if future.cancelled():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(value)  # type: ignore[arg-type]
 
-            mailbox.post(lambda _: settle(), None)
+        def reply(value: object, error: BaseException | None) -> None:
+            mailbox.post(settle, (value, error))
 
         self.scheduler.call(fn, reply, idle_slot=idle_slot)
         return await future
