@@ -22,6 +22,7 @@ from typing import TextIO
 import uvicorn
 
 from llamaserve.api.app import create_app
+from llamaserve.api.event_loop import run_on_fast_loop
 from llamaserve.api.listen import BindError, close_listeners, open_listeners
 from llamaserve.api.logs import setup_logging
 from llamaserve.api.parent_watch import exit_when_stdin_closes, is_router_child
@@ -169,7 +170,7 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
             runtime.close()
 
     try:
-        asyncio.run(run())
+        run_on_fast_loop(run())
     except KeyboardInterrupt:
         pass
     finally:

@@ -127,6 +127,19 @@ class TimeoutMiddleware:
             pass
 
 
+class RespellingTransport:
+    """A transport whose writes respell header names as llama-server does (api/header_case.py)."""
+
+    def __init__(self, inner: asyncio.Transport) -> None:
+        self._inner = inner
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._inner.write(respell_headers(bytes(data)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 def read_timeout_protocol(timeout: float) -> type[asyncio.Protocol] | None:
     """uvicorn's httptools protocol, closing connections whose headers stall; None without httptools."""
     try:
@@ -142,8 +155,9 @@ def read_timeout_protocol(timeout: float) -> type[asyncio.Protocol] | None:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            write = transport.write
-            transport.write = lambda data: write(respell_headers(bytes(data)))  # type: ignore[method-assign]
+            # The response cycles write through this wrapper (uvloop's transports take no
+            # new attributes, so write cannot be replaced on the transport itself).
+            self.transport = RespellingTransport(transport)  # type: ignore[assignment]
             self._arm()
 
         def on_message_begin(self) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
 from collections.abc import Mapping, Sequence
@@ -10,6 +9,7 @@ from types import FrameType
 
 import uvicorn
 
+from llamaserve.api.event_loop import run_on_fast_loop
 from llamaserve.api.listen import BindError, close_listeners, open_listeners
 from llamaserve.api.logs import setup_logging
 from llamaserve.config import ConfigError, ServerConfig
@@ -83,7 +83,7 @@ def serve(config: ServerConfig, argv: Sequence[str], environ: Mapping[str, str])
                 signal.signal(sig, handler)
 
     try:
-        asyncio.run(run())
+        run_on_fast_loop(run())
     except KeyboardInterrupt:
         pass
     finally:

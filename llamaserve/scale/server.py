@@ -10,6 +10,7 @@ from types import FrameType
 
 import uvicorn
 
+from llamaserve.api.event_loop import run_on_fast_loop
 from llamaserve.api.listen import BindError, close_listeners, open_listeners
 from llamaserve.api.logs import setup_logging
 from llamaserve.config import ServerConfig
@@ -67,7 +68,7 @@ def serve(config: ServerConfig) -> int:
                 signal.signal(sig, handler)
 
     try:
-        asyncio.run(run())
+        run_on_fast_loop(run())
     except KeyboardInterrupt:
         pass
     finally:

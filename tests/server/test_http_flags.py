@@ -151,6 +151,19 @@ def test_default_cors_reflects_the_origin_with_credentials(plain: RunningServer)
     assert pre.headers["content-type"] == "text/html"
 
 
+def test_cors_header_names_go_on_the_wire_spelled_as_llama_server_spells_them(plain: RunningServer) -> None:
+    """Clients that copy headers into a plain dict look the names up with llama-server's case."""
+    with socket.create_connection(("127.0.0.1", _port(plain)), timeout=10) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nOrigin: https://app.example\r\nConnection: close\r\n\r\n")
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    head = raw.split(b"\r\n\r\n", 1)[0]
+    assert raw.startswith(b"HTTP/1.1 200")
+    assert b"\r\nAccess-Control-Allow-Origin: https://app.example" in head
+    assert b"\r\naccess-control-allow-origin:" not in head
+
+
 @pytest.mark.parametrize(
     "origin",
     ["http://localhost", "http://localhost:8080", "https://127.0.0.1:3000", "http://[::1]", "http://[::1]:3000"],
