@@ -65,6 +65,9 @@ class Scheduler:
         # A slot's context: the KV sequence's, or less (--kv-unified-per-slot caps it).
         self._n_ctx_slot = min(n_ctx_slot, runner.n_ctx_seq) if n_ctx_slot > 0 else runner.n_ctx_seq
         self.slots = [Slot(i, self._n_ctx_slot) for i in range(n_slots)]
+        # The busy slots in slot order, kept by _count_busy: each step's planning walks these,
+        # not every slot (-np auto makes 32, and one stream should not pay for 31 idle ones).
+        self._busy: list[Slot] = []
         # -nocb: prompts are decoded only in steps where no slot is generating (llama-server's rule).
         self.cont_batching = cont_batching
         # -sp: the runner writes special tokens' text; the end token's text then ends the answer.
@@ -146,7 +149,7 @@ class Scheduler:
                 self._fail_all("internal error in the scheduler")
 
     def _has_work(self) -> bool:
-        return bool(self._waiting) or any(s.busy for s in self.slots)
+        return bool(self._waiting) or bool(self._busy)
 
     def _step(self) -> None:
         self._drain_inbox(block=not self._has_work())
@@ -172,7 +175,7 @@ class Scheduler:
             if result.no_space:
                 # llama-server's answer: the shared cache is full, so every request in it ends
                 # (500, "Context size has been exceeded.") and its KV is cleared for the next ones.
-                for slot in [s for s in self.slots if s.busy]:
+                for slot in list(self._busy):
                     self._fail_slot(slot, CONTEXT_EXCEEDED)
                 return
             for slot in planned:
@@ -294,7 +297,7 @@ class Scheduler:
         if not self._waiting:
             self.stats.requests_deferred = 0
             return
-        if all(s.busy for s in self.slots):
+        if len(self._busy) == len(self.slots):
             self.stats.requests_deferred = sum(len(g) for g in self._waiting)
             return  # nothing can start: skip matching every waiting prompt against every slot
         still_waiting: list[list[Task]] = []
@@ -335,9 +338,9 @@ class Scheduler:
 
     def _count_busy(self) -> None:
         """A slot started or finished: the busy count for /metrics, the idle one for the queue limits."""
-        busy = sum(1 for s in self.slots if s.busy)
-        self.stats.requests_processing = busy
-        self.admission.set_idle_slots(len(self.slots) - busy)
+        self._busy = [s for s in self.slots if s.busy]
+        self.stats.requests_processing = len(self._busy)
+        self.admission.set_idle_slots(len(self.slots) - len(self._busy))
 
     def _left_queue(self, groups: list[list[Task]]) -> None:
         """These groups stopped waiting (started, failed or aborted): the queue limits count them out."""
@@ -383,7 +386,7 @@ class Scheduler:
     # -------------------------------------------------------------- planning
     def _lora_for_step(self) -> tuple[float, ...]:
         """The adapter scales of this step: one set per decode, taking turns when requests differ."""
-        sets = adapter_sets(self.slots)
+        sets = adapter_sets(self._busy)
         if len(sets) <= 1:
             return sets[0] if sets else ()
         self._lora_turn += 1
@@ -397,12 +400,12 @@ class Scheduler:
         # generating slots advance and an abandoned prompt stop after <= n_ubatch
         # tokens instead of after all of them.
         synth_for = self.spec.synth_for if self.spec is not None else None
-        plan, planned, budget = plan_generating(self.slots, lora, self._drafts(lora), synth_for, self.runner.n_ubatch)
+        plan, planned, budget = plan_generating(self._busy, lora, self._drafts(lora), synth_for, self.runner.n_ubatch)
         if plan and not self.cont_batching:
             return plan, planned  # without continuous batching a new prompt waits for the generating slots
         if plan:
             budget = self.prefill_budget.prompt_tokens(budget)  # --max-itl-ms
-        plan_prefill(self.slots, lora, budget, self.runner.n_ubatch, plan, planned)
+        plan_prefill(self._busy, lora, budget, self.runner.n_ubatch, plan, planned)
         return plan, planned
 
     def _drafts(self, lora: tuple[float, ...]) -> dict[int, list[int]]:
@@ -411,7 +414,7 @@ class Scheduler:
             return {}
         ready = [
             s
-            for s in self.slots
+            for s in self._busy
             if s.state is SlotState.GENERATING
             and s.next_token is not None
             and s.task is not None

@@ -121,6 +121,8 @@ def one_kind(chunk: list[int]) -> list[int]:
     if not chunk:
         return chunk
     media = chunk[0] < 0
+    if not media and min(chunk) >= 0:  # the usual case, all text: one pass in C
+        return chunk
     for i, tok in enumerate(chunk):
         if (tok < 0) != media:
             return chunk[:i]

@@ -41,7 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale"},
     # Router mode speaks HTTP to child processes of our own server and never imports the engine:
     # it reads the flag table (presets), the hub's cache listing, and shares the API's
-    # key/CORS/log middleware, listeners and logging setup, and the web UI's files.
+    # key/CORS/log middleware, listeners, logging setup and event loop, and the web UI's files.
     "router": {
         "config",
         "hub",
@@ -53,6 +53,7 @@ ALLOWED: dict[str, set[str]] = {
         "api.cors",
         "api.listen",
         "api.logs",
+        "api.event_loop",
         "api.parent_watch",
         "webui",
     },
@@ -69,6 +70,7 @@ ALLOWED: dict[str, set[str]] = {
         "api.cors",
         "api.listen",
         "api.logs",
+        "api.event_loop",
     },
     # Ray Serve: replicas run our server as a child process, the ingress chooses through scale/.
     "ray": {"config", "errors", "sse", "scale", "router.proxy", "router.metrics", "cli"},
