@@ -337,7 +337,8 @@ class Scheduler:
         self._left_queue(left)
 
     def _count_busy(self) -> None:
-        """A slot started or finished: the busy count for /metrics, the idle one for the queue limits."""
+        """A slot started or finished: the busy list for planning, the busy count for /metrics, the idle
+        one for the queue limits."""
         self._busy = [s for s in self.slots if s.busy]
         self.stats.requests_processing = len(self._busy)
         self.admission.set_idle_slots(len(self.slots) - len(self._busy))

@@ -118,11 +118,9 @@ def media_item(prompt: list[int], start: int, limit: int) -> list[int]:
 def one_kind(chunk: list[int]) -> list[int]:
     """The chunk up to where text turns into media or back (media placeholders are negative):
     the runner decodes media rows in a batch of embeddings, text in a batch of tokens."""
-    if not chunk:
+    if not chunk or min(chunk) >= 0:  # the usual case, all text: one pass in C
         return chunk
     media = chunk[0] < 0
-    if not media and min(chunk) >= 0:  # the usual case, all text: one pass in C
-        return chunk
     for i, tok in enumerate(chunk):
         if (tok < 0) != media:
             return chunk[:i]
