@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# Built once: json.dumps with options builds an encoder per call, and this runs per token.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(obj)
 
 
 def data_event(obj: Any) -> bytes:

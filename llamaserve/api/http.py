@@ -18,7 +18,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from llamaserve.api.keepalive import PING, arrives_within, next_of, ping_seconds, with_pings
+from llamaserve.api.keepalive import PING, arrives_within, next_of, ping_seconds
 from llamaserve.api.sse import until_disconnect
 from llamaserve.api.stream_tee import resumable
 from llamaserve.errors import APIError, validation_message
@@ -190,7 +190,7 @@ async def stream_events(
         finally:
             await _stop(first_task, recorded)
 
-    return resumable(request, with_pings(body(), seconds))
+    return resumable(request, body(), seconds)
 
 
 async def _chain_pending(first: asyncio.Future[Tagged], rest: AsyncIterator[Tagged]) -> AsyncIterator[Tagged]:

@@ -3,18 +3,24 @@ idle timeouts (undici's, nginx's) keep a stream whose model is busy elsewhere.
 
 The bytes are llama-server's (server-context.cpp): `:\\n\\n`, a comment line that every
 SSE parser skips. The clock restarts after every chunk, the ping included, as there.
+
+The pings come from one timer task per response (`Pinger`), which sends them beside the
+body's chunks. A chunk only notes the time it went out: racing each chunk against a
+timeout instead costs a task and a wait per token, on the thread that serves every stream.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 PING = b":\n\n"
+
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
 
 
 def ping_seconds(interval: int) -> float | None:
@@ -32,31 +38,45 @@ async def arrives_within(task: asyncio.Future[T], seconds: float | None) -> bool
     return bool(done)
 
 
-async def with_pings(chunks: AsyncIterator[bytes], seconds: float | None) -> AsyncGenerator[bytes, None]:
-    """`chunks`, with PING whenever none came for `seconds`."""
-    if seconds is None:
-        async for chunk in chunks:
-            yield chunk
-        return
-    pending = asyncio.ensure_future(next_of(chunks))
-    try:
+def body_message(chunk: bytes | memoryview) -> Message:
+    return {"type": "http.response.body", "body": chunk, "more_body": True}
+
+
+class Pinger:
+    """Sends PING through `send` whenever `seconds` pass without a chunk.
+
+    Start it once the response has started; send the body's chunks through `send_chunk`;
+    `stop` it before the last body message (a ping after that would break the response).
+    """
+
+    def __init__(self, send: Send, seconds: float) -> None:
+        self._send = send
+        self._seconds = seconds
+        self._loop = asyncio.get_running_loop()
+        self._last = self._loop.time()
+        self._task = self._loop.create_task(self._run())
+
+    async def send_chunk(self, chunk: bytes | memoryview) -> None:
+        self._last = self._loop.time()
+        await self._send(body_message(chunk))
+
+    async def _run(self) -> None:
         while True:
-            if not await arrives_within(pending, seconds):
-                yield PING
+            quiet_for = self._loop.time() - self._last
+            if quiet_for < self._seconds:
+                await asyncio.sleep(self._seconds - quiet_for)
                 continue
-            try:
-                chunk = pending.result()
-            except StopAsyncIteration:
-                return
-            yield chunk
-            pending = asyncio.ensure_future(next_of(chunks))
-    finally:
-        # The client went away, or the stream ended: stop the producer and let its
-        # `finally` run (that is what aborts the generation and frees the slot).
-        pending.cancel()
-        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
-            await pending
-        closer = getattr(chunks, "aclose", None)
-        if closer is not None:
-            with contextlib.suppress(Exception):
-                await closer()
+            self._last = self._loop.time()
+            await self._send(body_message(PING))
+
+    async def stop(self) -> None:
+        """Cancels the timer; once this returns, no ping can go out.
+
+        A cancelled task never resumes past the await it is in, so `cancel` alone
+        already keeps a ping from being written; the wait lets its send unwind first.
+        """
+        self._task.cancel()
+        await asyncio.wait({self._task})
+        if not self._task.cancelled():
+            # Marks a failed ping write (the client left) as seen: the body's next write reports it.
+            self._task.exception()

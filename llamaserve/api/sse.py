@@ -8,14 +8,43 @@ from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
+from starlette.types import Send
+
+from llamaserve.api.keepalive import Pinger, body_message
 
 T = TypeVar("T")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+class SSEResponse(StreamingResponse):
+    """A stream of server-sent events; with `ping_after`, a ping fills each quiet gap that long."""
+
+    def __init__(self, body: AsyncIterator[bytes], ping_after: float | None = None) -> None:
+        super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.ping_after = ping_after
+
+    async def stream_response(self, send: Send) -> None:
+        if self.ping_after is None:
+            await super().stream_response(send)
+            return
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        pinger = Pinger(send, self.ping_after)
+        try:
+            async for chunk in self.body_iterator:
+                await pinger.send_chunk(chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset))
+        finally:
+            await pinger.stop()
+            # A client that left ends the loop on a failed write: closing the body now runs
+            # its `finally` (which aborts the generation) instead of whenever it is collected.
+            closer = getattr(self.body_iterator, "aclose", None)
+            if closer is not None:
+                await closer()
+        await send({**body_message(b""), "more_body": False})
+
+
+def sse_response(body: AsyncIterator[bytes], ping_after: float | None = None) -> StreamingResponse:
+    return SSEResponse(body, ping_after)
 
 
 class ClientGone(Exception):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -38,12 +38,15 @@ async def _pump(session: StreamSession, chunks: AsyncIterator[bytes]) -> None:
         session.finish()
 
 
-def resumable(request: Request, chunks: AsyncGenerator[bytes, None]) -> StreamingResponse:
-    """The SSE answer of `chunks`, kept in the conversation's session when the header names one."""
+def resumable(request: Request, chunks: AsyncIterator[bytes], ping_after: float | None) -> StreamingResponse:
+    """The SSE answer of `chunks`, kept in the conversation's session when the header names one.
+
+    Pings go to this reader only, not into the session: a reader that resumes later
+    gets its own."""
     conversation_id = request.headers.get(HEADER, "")
     state = getattr(request.app.state, "server", None)
     if not conversation_id or not isinstance(state, ServerState):
-        return sse_response(chunks)
+        return sse_response(chunks, ping_after)
     session = state.streams.create(conversation_id)
     session.producer = asyncio.get_running_loop().create_task(_pump(session, chunks))
-    return sse_response(session.read(0))
+    return sse_response(session.read(0), ping_after)

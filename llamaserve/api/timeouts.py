@@ -7,7 +7,8 @@ Three places a client can stall a connection, and what bounds each:
 - while the body is arriving: `TimeoutMiddleware` bounds each `receive()` of
   the body and answers 408 in the OpenAI (or Anthropic) error envelope;
 - while the answer is written: `TimeoutMiddleware` bounds each `send()`, which
-  only waits when the client stops reading and the socket buffer is full.
+  only waits when the client stops reading and the socket buffer is full
+  (`WriteWatch`: one timer per request, not one per streamed token).
 A generation that keeps streaming is never cut: each chunk is a fresh send,
 and waiting for the client's disconnect after the body is not bounded.
 """
@@ -43,6 +44,60 @@ class _TimedOut(BaseException):
     http_status = 408
 
 
+class WriteWatch:
+    """Bounds each write of one response by `timeout` seconds.
+
+    A streamed answer writes once per token, and almost every write returns at once.
+    So a write only notes when it began, and one timer looks for writes older than
+    the timeout; it re-arms only while writes are in flight. (An `asyncio.timeout`
+    per write arms and disarms an event-loop timer per token.) A stalled write's task
+    is cancelled, and the write raises TimeoutError.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._loop = asyncio.get_running_loop()
+        self._writing: dict[asyncio.Task[Any], float] = {}  # the task in a write → when it began
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def write(self, send: Send, message: Message) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # a send always runs in a task
+        self._writing[task] = self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_later(self.timeout, self._check)
+        try:
+            await send(message)
+        except asyncio.CancelledError:
+            if task not in self._expired:
+                raise
+            self._expired.discard(task)
+            task.uncancel()
+            raise TimeoutError from None
+        finally:
+            del self._writing[task]
+
+    def _check(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        oldest: float | None = None
+        for task, began in self._writing.items():
+            if now - began >= self.timeout:
+                if task not in self._expired:
+                    self._expired.add(task)
+                    task.cancel()
+            elif oldest is None or began < oldest:
+                oldest = began
+        if oldest is not None:
+            self._timer = self._loop.call_at(oldest + self.timeout, self._check)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 class TimeoutMiddleware:
     """Bounds each body read and each response write by `timeout` seconds (plain ASGI)."""
 
@@ -57,6 +112,7 @@ class TimeoutMiddleware:
         body_done = False
         started = False
         stalled: str | None = None  # "read" or "write" once the client has stalled
+        writes = WriteWatch(self.timeout)
 
         async def bounded_receive() -> Message:
             nonlocal body_done, stalled
@@ -78,8 +134,7 @@ class TimeoutMiddleware:
             if message["type"] == "http.response.start":
                 started = True
             try:
-                async with asyncio.timeout(self.timeout):
-                    await send(message)
+                await writes.write(send, message)
             except TimeoutError:
                 stalled = "write"
                 raise _TimedOut() from None
@@ -104,6 +159,8 @@ class TimeoutMiddleware:
                 await self._answer_408(scope, send)
             # After a write stall the response cannot be finished: returning makes
             # uvicorn close the connection.
+        finally:
+            writes.close()
 
     async def _answer_408(self, scope: Scope, send: Send) -> None:
         err = APIError(f"request timed out: the body did not arrive within {self.timeout:g} s (--timeout)", status=408)

@@ -109,6 +109,35 @@ def test_a_stalled_write_ends_the_exchange_quietly() -> None:
     assert sent == [] and time.monotonic() - start < 2
 
 
+def test_a_write_that_stalls_mid_stream_is_cut_one_timeout_after_it_began() -> None:
+    # Quick writes for three timeouts' worth, then one the client never takes: the
+    # watch's timer has come and gone while no write was in flight, and must re-arm.
+    stalled_at: list[float] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(6):
+            await asyncio.sleep(0.1)
+            await send({"type": "http.response.body", "body": b"x", "more_body": True})
+        stalled_at.append(time.monotonic())
+        await send({"type": "http.response.body", "body": b"never taken", "more_body": True})
+        raise AssertionError("the stalled write returned")
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        if message.get("body") == b"never taken":
+            await asyncio.sleep(10)
+        sent.append(message)
+
+    asyncio.run(TimeoutMiddleware(app, 0.2)(_scope(), receive, send))
+    waited = time.monotonic() - stalled_at[0]
+    assert len(sent) == 7 and 0.19 <= waited < 0.6, waited
+
+
 def test_other_errors_pass_through() -> None:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         raise ValueError("boom")
