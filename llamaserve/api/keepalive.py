@@ -69,14 +69,14 @@ class Pinger:
             self._last = self._loop.time()
             await self._send(body_message(PING))
 
-    async def stop(self) -> None:
-        """Cancels the timer; once this returns, no ping can go out.
-
-        A cancelled task never resumes past the await it is in, so `cancel` alone
-        already keeps a ping from being written; the wait lets its send unwind first.
-        """
+    def stop(self) -> None:
+        """No ping goes out once this returns: a cancelled task never resumes past the
+        await it is in, and a write happens only after its last await."""
         self._task.cancel()
-        await asyncio.wait({self._task})
-        if not self._task.cancelled():
-            # Marks a failed ping write (the client left) as seen: the body's next write reports it.
-            self._task.exception()
+        self._task.add_done_callback(_seen)
+
+
+def _seen(task: asyncio.Task[None]) -> None:
+    """Marks a failed ping write (the client left) as seen: the body's next write reports it."""
+    if not task.cancelled():
+        task.exception()

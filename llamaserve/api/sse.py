@@ -34,7 +34,7 @@ class SSEResponse(StreamingResponse):
             async for chunk in self.body_iterator:
                 await pinger.send_chunk(chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset))
         finally:
-            await pinger.stop()
+            pinger.stop()
             # A client that left ends the loop on a failed write: closing the body now runs
             # its `finally` (which aborts the generation) instead of whenever it is collected.
             closer = getattr(self.body_iterator, "aclose", None)
