@@ -104,6 +104,22 @@ class SamplingParams:
     grammar_triggers: tuple[str, ...] = ()
     n_probs: int = 0
 
+    def picks_greedily(self) -> bool:
+        """Whether the chain always yields the highest logit (after logit_bias): temperature
+        <= 0 without dynamic temperature, and no stage that could drop or move that token
+        (XTC, typical, penalties, DRY, infill), no grammar, mirostat or adaptive-p.
+        top-k, top-p, min-p and top-n-sigma always keep the best token."""
+        stages = set(self.samplers)
+        if self.mirostat != 0 or self.grammar is not None or stages & {"adaptive_p", "infill"}:
+            return False
+        if "temperature" not in stages or self.temperature > 0.0 or self.dynatemp_range > 0.0:
+            return False
+        if "xtc" in stages and self.xtc_probability > 0.0:
+            return False
+        if "typ_p" in stages and self.typical_p < 1.0:
+            return False
+        return not (self.uses_history() and stages & {"penalties", "dry"})
+
     def uses_history(self) -> bool:
         """Whether the chain must see the prompt tokens (penalties and DRY do)."""
         penalties = self.repeat_last_n != 0 and (

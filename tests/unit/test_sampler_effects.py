@@ -101,6 +101,49 @@ def test_greedy_at_temperature_zero(row: Row) -> None:
     assert set(row.draws(replace(NEUTRAL, temperature=0.0))) == {row.ranked[0]}
 
 
+def test_the_greedy_shortcut_picks_what_llama_cpps_chain_picks(row: Row) -> None:
+    """At temperature 0 `sample` takes an argmax instead of running the chain; the chain
+    (still built) must agree, with the default stages on and with biases that move the pick."""
+    top = row.ranked[:3]
+    cases = [
+        SamplingParams(temperature=0.0),  # every default stage on: top-k, top-p, min-p, ...
+        SamplingParams(temperature=0.0, logit_bias=((top[0], float("-inf")), (top[1], float("-inf")))),
+        SamplingParams(temperature=-1.0, logit_bias=((top[2], 4.0), (top[2], 4.0))),  # repeats add up
+        SamplingParams(temperature=0.0, ignore_eos=True, top_k=1),
+    ]
+    picks = []
+    for params in cases:
+        assert params.picks_greedily()
+        chain = SamplerChain(row.model, params)
+        try:
+            fast = chain.sample(row.context.handle, row.index)
+            full = int(C.llama_sampler_sample(chain.handle, row.context.handle, row.index))
+        finally:
+            chain.close()
+        assert fast == full, (params, fast, full)
+        picks.append(fast)
+    assert picks[0] == top[0] and picks[1] == top[2] and picks[2] == top[2]
+
+
+def test_only_choices_that_cannot_move_the_best_token_count_as_greedy() -> None:
+    greedy = SamplingParams(temperature=0.0)
+    assert greedy.picks_greedily() and not SamplingParams().picks_greedily()
+    for knob in (
+        {"dynatemp_range": 0.5},
+        {"xtc_probability": 0.5},
+        {"typical_p": 0.5},
+        {"repeat_penalty": 1.1},
+        {"dry_multiplier": 0.8},
+        {"mirostat": 2},
+        {"grammar": "root ::= [a-z]+"},
+        {"samplers": ("top_k", "min_p")},  # no temperature stage: dist draws at random
+        {"samplers": ("temperature", "adaptive_p")},
+    ):
+        assert not replace(greedy, **knob).picks_greedily(), knob  # type: ignore[arg-type]
+    # Penalties that are off, or stages left out of the order, do not matter.
+    assert replace(greedy, repeat_penalty=1.1, samplers=("top_k", "temperature")).picks_greedily()
+
+
 def test_lower_temperature_concentrates_higher_spreads(row: Row) -> None:
     cold, warm, hot = (row.draws(replace(NEUTRAL, temperature=t)) for t in (0.4, 1.0, 1.8))
     assert entropy(cold) < entropy(warm) < entropy(hot)
