@@ -18,7 +18,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from llamaserve.api.keepalive import PING, arrives_within, next_of, ping_seconds
+from llamaserve.api.keepalive import PING, arrives_within, next_of, request_ping_seconds
 from llamaserve.api.sse import until_disconnect
 from llamaserve.api.stream_tee import resumable
 from llamaserve.errors import APIError, validation_message
@@ -163,7 +163,7 @@ async def stream_events(
     so that proxies keep the connection, and a failure after that is sent in-stream.
     """
     recorded = _recording(request, events)
-    seconds = ping_seconds(getattr(request.app.state, "sse_ping_interval", -1))
+    seconds = request_ping_seconds(request)
     first_task = asyncio.ensure_future(next_of(recorded))
     try:
         ready = await until_disconnect(request, arrives_within(first_task, seconds))

@@ -12,20 +12,25 @@ timeout instead costs a task and a wait per token, on the thread that serves eve
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import TypeVar
+
+from starlette.requests import Request
+from starlette.types import Message, Send
 
 T = TypeVar("T")
 
 PING = b":\n\n"
 
-Message = MutableMapping[str, Any]
-Send = Callable[[Message], Awaitable[None]]
-
 
 def ping_seconds(interval: int) -> float | None:
     """The configured interval in seconds; None when pings are off (-1, or any value < 1)."""
     return float(interval) if interval > 0 else None
+
+
+def request_ping_seconds(request: Request) -> float | None:
+    """The server's --sse-ping-interval for a stream answering `request`."""
+    return ping_seconds(getattr(request.app.state, "sse_ping_interval", -1))
 
 
 async def next_of(items: AsyncIterator[T]) -> T:

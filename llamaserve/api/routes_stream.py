@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from llamaserve.api.http import JSONUTF8Response, parse_json, read_body
-from llamaserve.api.keepalive import ping_seconds
+from llamaserve.api.keepalive import request_ping_seconds
 from llamaserve.api.sse import sse_response
 from llamaserve.errors import APIError
 from llamaserve.serving.state import ServerState
@@ -50,7 +50,7 @@ def stream_routes(state: ServerState) -> APIRouter:
                 async for chunk in session.read(offset):
                     yield chunk
 
-        return sse_response(body(), ping_seconds(getattr(request.app.state, "sse_ping_interval", -1)))
+        return sse_response(body(), request_ping_seconds(request))
 
     @router.post("/v1/streams/lookup")
     async def lookup(request: Request) -> Response:

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
-from llamaserve.api.keepalive import Pinger, body_message
+from llamaserve.api.keepalive import Pinger
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ class SSEResponse(StreamingResponse):
             closer = getattr(self.body_iterator, "aclose", None)
             if closer is not None:
                 await closer()
-        await send({**body_message(b""), "more_body": False})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def sse_response(body: AsyncIterator[bytes], ping_after: float | None = None) -> StreamingResponse:

@@ -139,10 +139,11 @@ class SamplerChain:
         self._keep = _Keepalive()
         self.grammar = grammar_sampler(model.vocab, cfg.grammar, cfg.grammar_triggers) if cfg.grammar else None
         self.handle = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-        self._add(self._logit_bias(model, cfg))
-        # Greedy requests skip the chain: one argmax instead of building, sorting and
-        # filtering a 49k-entry candidate array per token (about 100 µs on 2 cores).
-        self._greedy_bias = _bias_arrays(self._biases(model, cfg)) if cfg.picks_greedily() else None
+        biases = self._biases(model, cfg)
+        self._add(self._logit_bias(biases))
+        # Greedy requests skip the chain: one argmax (15-18 µs on SmolLM2) instead of filling
+        # and filtering a 49k-entry candidate array per token (42-58 µs).
+        self._greedy_bias = _bias_arrays(biases) if cfg.picks_greedily() else None
         if cfg.mirostat == 0:
             for name in cfg.samplers:
                 if name == "xtc":
@@ -179,13 +180,12 @@ class SamplerChain:
             biases += [(t, float("-inf")) for t in model.eog_tokens()]
         return biases
 
-    def _logit_bias(self, model: Model, cfg: SamplingParams) -> Handle:
-        biases = self._biases(model, cfg)
+    def _logit_bias(self, biases: list[tuple[int, float]]) -> Handle:
         if not biases:
             return None
         arr = (C.llama_logit_bias * len(biases))(*(C.llama_logit_bias(tok, bias) for tok, bias in biases))
         self._keep.objects.append(arr)
-        return C.llama_sampler_init_logit_bias(model.n_vocab, len(biases), arr)
+        return C.llama_sampler_init_logit_bias(self.model.n_vocab, len(biases), arr)
 
     def _add(self, sampler: Handle) -> None:
         if sampler:
