@@ -9,13 +9,11 @@ drafting sequence together.
 
 from __future__ import annotations
 
-import ctypes
-
-import llama_cpp.llama_cpp as C
 import numpy as np
 
 from llamaserve.engine.runner import DraftRequest
 from llamaserve.llama.context import Context
+from llamaserve.llama.logits import logits_row
 from llamaserve.llama.model import Model
 
 
@@ -55,8 +53,7 @@ class DraftModel:
 
     def _best(self, index: int) -> tuple[int, float]:
         """The most likely token at batch row ``index`` and its probability (1.0 unless p_min asks)."""
-        ptr = C.llama_get_logits_ith(self.context.handle, index)
-        logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self.model.n_vocab,))
+        logits = logits_row(self.context.handle, index, self.model.n_vocab)
         best = int(np.argmax(logits))
         if self._p_min <= 0.0:
             return best, 1.0

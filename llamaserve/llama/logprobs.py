@@ -6,18 +6,11 @@ These are the model's distribution before sampling (llama-server's default,
 
 from __future__ import annotations
 
-import ctypes
-
-import llama_cpp.llama_cpp as C
 import numpy as np
 import numpy.typing as npt
 
 from llamaserve.engine.types import TokenLogprob
-
-
-def _row(ctx: object, index: int, n_vocab: int) -> npt.NDArray[np.float32]:
-    ptr = C.llama_get_logits_ith(ctx, index)
-    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
+from llamaserve.llama.logits import logits_row
 
 
 def _log_softmax(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
@@ -28,7 +21,7 @@ def _log_softmax(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
 
 def token_logprob(ctx: object, index: int, n_vocab: int, chosen: int, k: int) -> TokenLogprob:
     """The chosen token's log-probability and the k most likely tokens at batch row ``index``."""
-    lp = _log_softmax(_row(ctx, index, n_vocab))
+    lp = _log_softmax(logits_row(ctx, index, n_vocab))
     top: tuple[tuple[int, float], ...] = ()
     if k > 0:
         k = min(k, n_vocab)

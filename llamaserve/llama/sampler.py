@@ -18,6 +18,7 @@ import numpy as np
 from llamaserve.engine.sampling import GrammarError, SamplingParams, resolve_seed
 from llamaserve.engine.types import TokenLogprob
 from llamaserve.llama.grammar import grammar_sampler
+from llamaserve.llama.logits import logits_row
 from llamaserve.llama.model import Model
 
 # A `struct llama_sampler *` as llama-cpp-python returns it (an untyped ctypes pointer), or None
@@ -106,16 +107,27 @@ _STAGES: dict[str, Callable[[Model, SamplingParams, _Keepalive], Handle]] = {
 
 
 def _bias_arrays(biases: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
-    return np.array([t for t, _ in biases], dtype=np.int64), np.array([b for _, b in biases], dtype=np.float32)
+    """The biases as (ids, values), each id once: repeated ids add up, as in llama.cpp's logit_bias."""
+    summed: dict[int, float] = {}
+    for token, bias in biases:
+        summed[token] = summed.get(token, 0.0) + bias
+    return np.fromiter(summed, dtype=np.int64, count=len(summed)), np.array(list(summed.values()), dtype=np.float32)
 
 
 def _argmax(logits: np.ndarray, bias: tuple[np.ndarray, np.ndarray]) -> int:
-    """The highest logit after the biases (the first one on a tie, as llama.cpp's greedy temp)."""
+    """The highest logit after the biases (the first one on a tie, as llama.cpp's greedy temp).
+
+    The biases are added in place and taken back after: copying the whole row instead cost
+    more than the argmax."""
     ids, values = bias
-    if len(ids):
-        logits = logits.copy()
-        np.add.at(logits, ids, values)  # repeated ids add up, as in llama.cpp's logit_bias
-    return int(np.argmax(logits))
+    if not len(ids):
+        return int(np.argmax(logits))
+    saved = logits[ids]
+    logits[ids] += values
+    try:
+        return int(np.argmax(logits))
+    finally:
+        logits[ids] = saved
 
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -214,9 +226,7 @@ class SamplerChain:
         return token
 
     def _logits(self, ctx_handle: object, index: int) -> np.ndarray:
-        ptr = C.llama_get_logits_ith(ctx_handle, index)
-        n = self.model.n_vocab
-        return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n,))
+        return logits_row(ctx_handle, index, self.model.n_vocab)
 
     def _draw(self, logits: np.ndarray, *, with_grammar: bool) -> int:
         return self._apply(logits, with_grammar=with_grammar)[0]
