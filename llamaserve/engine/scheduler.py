@@ -238,6 +238,8 @@ class Scheduler:
             outbox.setdefault(task.id, (task.sink, []))[1].append(event)
 
     def _drain_inbox(self, block: bool) -> None:
+        if not block and self._inbox.empty():
+            return  # the usual step: raising and catching queue.Empty would cost more
         try:
             msg = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
         except queue.Empty:

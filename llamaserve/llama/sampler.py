@@ -106,28 +106,34 @@ _STAGES: dict[str, Callable[[Model, SamplingParams, _Keepalive], Handle]] = {
 }
 
 
-def _bias_arrays(biases: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
-    """The biases as (ids, values), each id once: repeated ids add up, as in llama.cpp's logit_bias."""
-    summed: dict[int, float] = {}
-    for token, bias in biases:
-        summed[token] = summed.get(token, 0.0) + bias
-    return np.fromiter(summed, dtype=np.int64, count=len(summed)), np.array(list(summed.values()), dtype=np.float32)
+class _GreedyPick:
+    """The highest logit after the logit biases, the first one on a tie (llama.cpp's greedy temp).
 
+    Each id is biased once with its biases summed: repeated ids add up, as in llama.cpp's
+    logit_bias.
+    """
 
-def _argmax(logits: np.ndarray, bias: tuple[np.ndarray, np.ndarray]) -> int:
-    """The highest logit after the biases (the first one on a tie, as llama.cpp's greedy temp).
+    def __init__(self, biases: list[tuple[int, float]]) -> None:
+        summed: dict[int, float] = {}
+        for token, bias in biases:
+            summed[token] = summed.get(token, 0.0) + bias
+        self._ids = np.fromiter(summed, dtype=np.int64, count=len(summed))
+        self._values = np.array(list(summed.values()), dtype=np.float32)
+        # Biases that only lower tokens (bans, ignore_eos) cannot lift any token over the
+        # unbiased best one: unless that one is itself lowered, it is the pick.
+        self._lowered_only = frozenset(summed) if all(v <= 0.0 for v in summed.values()) else None
 
-    The biases are added in place and taken back after: copying the whole row instead cost
-    more than the argmax."""
-    ids, values = bias
-    if not len(ids):
-        return int(np.argmax(logits))
-    saved = logits[ids]
-    logits[ids] += values
-    try:
-        return int(np.argmax(logits))
-    finally:
-        logits[ids] = saved
+    def __call__(self, logits: np.ndarray) -> int:
+        best = int(np.argmax(logits))
+        if not len(self._ids) or (self._lowered_only is not None and best not in self._lowered_only):
+            return best
+        # Added in place and taken back after: copying the whole row cost more than the argmax.
+        saved = logits[self._ids]
+        logits[self._ids] += self._values
+        try:
+            return int(np.argmax(logits))
+        finally:
+            logits[self._ids] = saved
 
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -155,7 +161,7 @@ class SamplerChain:
         self._add(self._logit_bias(biases))
         # Greedy requests skip the chain: one argmax (15-18 µs on SmolLM2) instead of filling
         # and filtering a 49k-entry candidate array per token (42-58 µs).
-        self._greedy_bias = _bias_arrays(biases) if cfg.picks_greedily() else None
+        self._greedy = _GreedyPick(biases) if cfg.picks_greedily() else None
         if cfg.mirostat == 0:
             for name in cfg.samplers:
                 if name == "xtc":
@@ -212,9 +218,9 @@ class SamplerChain:
 
     def sample(self, ctx_handle: object, index: int) -> int:
         """Pick a token from the logits at batch row ``index`` and accept it."""
-        if self._greedy_bias is not None:
+        if self._greedy is not None:
             # Nothing in the chain keeps state that a greedy pick reads: no accept needed.
-            return _argmax(self._logits(ctx_handle, index), self._greedy_bias)
+            return self._greedy(self._logits(ctx_handle, index))
         if self.grammar is None:
             return int(C.llama_sampler_sample(self.handle, ctx_handle, index))
         logits = self._logits(ctx_handle, index)

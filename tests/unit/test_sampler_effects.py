@@ -24,6 +24,7 @@ import pytest
 from llamaserve.config import embedded_default_model
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.llama.context import Context, ContextSettings
+from llamaserve.llama.logits import logits_row
 from llamaserve.llama.model import Model
 from llamaserve.llama.sampler import SamplerChain
 from tests.llama_logs import silenced_llama_logs
@@ -110,6 +111,7 @@ def test_the_greedy_shortcut_picks_what_llama_cpps_chain_picks(row: Row) -> None
         SamplingParams(temperature=0.0, logit_bias=((top[0], float("-inf")), (top[1], float("-inf")))),
         SamplingParams(temperature=-1.0, logit_bias=((top[2], 4.0), (top[2], 4.0))),  # repeats add up
         SamplingParams(temperature=0.0, ignore_eos=True, top_k=1),
+        SamplingParams(temperature=0.0, logit_bias=((top[0], -0.5), (top[1], 0.25), (top[1], 0.25))),
     ]
     picks = []
     for params in cases:
@@ -117,12 +119,22 @@ def test_the_greedy_shortcut_picks_what_llama_cpps_chain_picks(row: Row) -> None
         chain = SamplerChain(row.model, params)
         try:
             fast = chain.sample(row.context.handle, row.index)
+            # The shortcut biases llama.cpp's row in place: it must be left as it was found.
+            assert np.array_equal(logits_row(row.context.handle, row.index, row.model.n_vocab), row.logits)
             full = int(C.llama_sampler_sample(chain.handle, row.context.handle, row.index))
         finally:
             chain.close()
         assert fast == full, (params, fast, full)
         picks.append(fast)
     assert picks[0] == top[0] and picks[1] == top[2] and picks[2] == top[2]
+
+
+def test_a_logits_row_is_llama_cpps_row_and_one_decoded_without_logits_is_refused(row: Row) -> None:
+    view = logits_row(row.context.handle, row.index, row.model.n_vocab)
+    assert np.array_equal(view, row.logits)
+    assert logits_row(row.context.handle, row.index, row.model.n_vocab) is view  # made once per address
+    with silenced_llama_logs(), pytest.raises(ValueError, match="no logits at batch row 0"):
+        logits_row(row.context.handle, 0, row.model.n_vocab)  # only the prompt's last row has logits
 
 
 def test_only_choices_that_cannot_move_the_best_token_count_as_greedy() -> None:
