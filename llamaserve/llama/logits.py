@@ -17,10 +17,12 @@ import numpy as np
 import numpy.typing as npt
 
 # llama_get_logits_ith returning a plain address (an int) instead of a ctypes float pointer,
-# so that the cache below can be keyed on it without another ctypes call.
+# so that the cache below can be keyed on it without another ctypes call. It keeps the GIL
+# (PYFUNCTYPE): the call only looks the row up, and releasing the GIL there would let a
+# waiting thread (the event loop) take it in the middle of sampling.
 _GET_LOGITS_ITH_ADDRESS = ctypes.cast(C._lib.llama_get_logits_ith, ctypes.c_void_p).value
 assert _GET_LOGITS_ITH_ADDRESS is not None
-_get_logits_ith = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)(_GET_LOGITS_ITH_ADDRESS)
+_get_logits_ith = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)(_GET_LOGITS_ITH_ADDRESS)
 
 # (address, n_vocab) -> view. A view is handed out only while llama.cpp returns its address,
 # i.e. while that memory is the live buffer; views of a buffer that moved are simply never

@@ -75,6 +75,8 @@ class Model:
         # generated token and the vocabulary never changes.
         self._piece_cache: dict[int, bytes] = {}
         self._special_piece_cache: dict[int, bytes] = {}
+        # Asked of every generated token: a dict lookup instead of a ctypes call after the first.
+        self._is_eog_cache: dict[int, bool] = {}
         self._eog_tokens: list[int] | None = None
 
     # ----------------------------------------------------------------- facts
@@ -105,7 +107,10 @@ class Model:
         return raw.decode(errors="replace") if raw else ""
 
     def is_eog(self, token: int) -> bool:
-        return bool(C.llama_vocab_is_eog(self.vocab, token))
+        known = self._is_eog_cache.get(token)
+        if known is None:
+            known = self._is_eog_cache[token] = bool(C.llama_vocab_is_eog(self.vocab, token))
+        return known
 
     def eog_tokens(self) -> list[int]:
         """All end-of-generation token ids (computed once: it scans the vocabulary)."""
