@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shlex
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,41 +31,30 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from serve_bench import ServerProcess, default_model, free_port, wait_healthy
+from serve_bench import ServerProcess, Workload, default_model, free_port, server_command, wait_healthy
 
 
-async def decode_rate(client: httpx.AsyncClient, base_url: str, prompt: str, max_tokens: int) -> float:
-    """Tokens per second between the first and the last streamed text chunk of one request."""
-    payload = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": True}
-    first: float | None = None
-    last = 0.0
-    chunks = 0
-    async with client.stream("POST", f"{base_url}/v1/completions", json=payload) as resp:
-        resp.raise_for_status()
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            choices = json.loads(line[6:]).get("choices") or []
-            if choices and choices[0].get("text"):
-                last = time.perf_counter()
-                first = first if first is not None else last
-                chunks += 1
-    if first is None or chunks < 2 or last <= first:
-        raise RuntimeError(f"{base_url}: fewer than two text chunks in a {max_tokens}-token answer")
-    return (chunks - 1) / (last - first)
+async def decode_rate(workload: Workload, prompt: str, max_tokens: int) -> float:
+    """Tokens per second between the first and the last token of one streamed request, as
+    serve_bench's single-stream decode measures it."""
+    result = await workload.complete(prompt, max_tokens)
+    if result.decode_tps is None:
+        raise RuntimeError(f"{workload.base_url}: {result.error or 'fewer than two tokens timed'}")
+    return result.decode_tps
 
 
 async def run_pairs(urls: list[str], pairs: int, max_tokens: int, pause: float) -> list[list[float]]:
     """Per server, its decode rate in each pair (the same prompt for both servers of a pair)."""
     rates: list[list[float]] = [[] for _ in urls]
     async with httpx.AsyncClient(timeout=300.0) as client:
-        for url in urls:  # warm each server up once, unmeasured
-            await decode_rate(client, url, "Warm up: once upon a time", 8)
+        workloads = [Workload(client, url, argparse.Namespace(model_name=None)) for url in urls]
+        for workload in workloads:  # warm each server up once, unmeasured
+            await decode_rate(workload, "Warm up: once upon a time", 8)
         for i in range(pairs):
             order = list(range(len(urls))) if i % 2 == 0 else list(reversed(range(len(urls))))
             for k in order:
                 await asyncio.sleep(pause)
-                rates[k].append(await decode_rate(client, urls[k], f"Story {i}: once upon a time", max_tokens))
+                rates[k].append(await decode_rate(workloads[k], f"Story {i}: once upon a time", max_tokens))
     return rates
 
 
@@ -88,11 +75,7 @@ async def amain(args: argparse.Namespace) -> int:
         async with httpx.AsyncClient() as client:
             for n, spec in enumerate(args.server):
                 port = free_port()
-                cmd = (
-                    spec.replace("{model}", shlex.quote(str(args.model)))
-                    .replace("{port}", str(port))
-                    .replace("{python}", shlex.quote(sys.executable))
-                )
+                cmd = server_command(spec, args.model, port)
                 proc = ServerProcess(shlex.split(cmd), args.results_dir / f"paired_decode-server{n + 1}.log")
                 proc.start()
                 procs.append(proc)

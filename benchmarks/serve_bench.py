@@ -861,6 +861,15 @@ async def bench_server(
     return res
 
 
+def server_command(spec: str, model: Path, port: int) -> str:
+    """A --server command line with ``{model}``, ``{port}`` and ``{python}`` filled in."""
+    return (
+        spec.replace("{model}", shlex.quote(str(model)))
+        .replace("{port}", str(port))
+        .replace("{python}", shlex.quote(sys.executable))
+    )
+
+
 async def run_one(name: str, spec: str, args: argparse.Namespace, calib: PromptCalibration, stamp: str) -> ServerResult:
     if spec.startswith(("http://", "https://")):
         log_err(f"[{name}] using running server at {spec}")
@@ -872,11 +881,7 @@ async def run_one(name: str, spec: str, args: argparse.Namespace, calib: PromptC
     port = args.port if args.port else free_port()
     if port_in_use(port):
         return ServerResult(name=name, command=spec, url="", error=f"port {port} already in use")
-    cmd = (
-        spec.replace("{model}", shlex.quote(str(args.model)))
-        .replace("{port}", str(port))
-        .replace("{python}", shlex.quote(sys.executable))
-    )
+    cmd = server_command(spec, args.model, port)
     base_url = f"http://127.0.0.1:{port}"
     log_path = args.results_dir / f"serve_bench-{stamp}-{name}.log"
     proc = ServerProcess(shlex.split(cmd), log_path)

@@ -120,12 +120,13 @@ class _GreedyPick:
         self._ids = np.fromiter(summed, dtype=np.int64, count=len(summed))
         self._values = np.array(list(summed.values()), dtype=np.float32)
         # Biases that only lower tokens (bans, ignore_eos) cannot lift any token over the
-        # unbiased best one: unless that one is itself lowered, it is the pick.
+        # unbiased best one: unless that one is itself lowered, it is the pick. No biases at
+        # all is the empty set here.
         self._lowered_only = frozenset(summed) if all(v <= 0.0 for v in summed.values()) else None
 
     def __call__(self, logits: np.ndarray) -> int:
         best = int(np.argmax(logits))
-        if not len(self._ids) or (self._lowered_only is not None and best not in self._lowered_only):
+        if self._lowered_only is not None and best not in self._lowered_only:
             return best
         # Added in place and taken back after: copying the whole row cost more than the argmax.
         saved = logits[self._ids]

@@ -10,7 +10,6 @@ request that is merely accepted would not.
 
 from __future__ import annotations
 
-import ctypes
 import math
 from collections import Counter
 from collections.abc import Iterator
@@ -74,8 +73,7 @@ def row() -> Iterator[Row]:
     tokens = model.tokenize(PROMPT)
     assert context.decode([(t, i, 0, i == len(tokens) - 1) for i, t in enumerate(tokens)]) == 0
     index = len(tokens) - 1
-    ptr = C.llama_get_logits_ith(context.handle, index)
-    logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(model.n_vocab,)).copy()
+    logits = logits_row(context.handle, index, model.n_vocab).copy()
     shifted = logits.astype(np.float64) - logits.max()
     probs = np.exp(shifted) / np.exp(shifted).sum()
     yield Row(model, context, index, probs, logits)
