@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Serving benchmark for llama-server compatible HTTP servers.
 
-Starts each server command in turn (never two at once), waits for
-``GET /health`` to return 200, drives ``POST /v1/completions`` with streaming
-requests, stops the server (SIGTERM, then SIGKILL) and prints markdown tables.
-With two or more servers it also prints ratio tables (first server / other).
+Starts each server command, waits for ``GET /health`` to return 200, drives
+``POST /v1/completions`` with streaming requests, stops the server (SIGTERM,
+then SIGKILL) and prints markdown tables. With two or more servers it also
+prints ratio tables (first server / other). The servers take turns phase by
+phase (single-stream decode, prompt processing, each concurrency level, ...),
+so a slow spell of a noisy machine falls on all of them; only the one being
+measured has work, the others sit idle. ``--sequential`` runs one server at a
+time instead, from start to stop.
 
 Every request uses ``temperature: 0``, ``ignore_eos: true`` (so exactly
 ``max_tokens`` tokens are generated), ``cache_prompt: false`` and a unique
@@ -56,7 +60,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -632,6 +636,10 @@ class CpuMonitor:
         self.pgid = server_pgid
         self.tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self.start: tuple[float, float, float, float] | None = None
+        # busy, total, server and client CPU seconds summed over the counted spells; None
+        # once /proc could not be read
+        self.spent: list[float] | None = [0.0, 0.0, 0.0, 0.0]
+        self.counted = False
 
     def _busy_total(self) -> tuple[float, float]:
         with open("/proc/stat") as f:
@@ -665,19 +673,33 @@ class CpuMonitor:
         return busy, total, self._group_cpu(), t.user + t.system
 
     def begin(self) -> None:
+        """Start (or resume) counting."""
+        if self.spent is None:
+            return
         try:
             self.start = self._snapshot()
         except (OSError, ValueError, IndexError):
-            self.start = None
+            self.spent = None
 
-    def delta(self) -> dict[str, float] | None:
-        if self.start is None:
-            return None
+    def pause(self) -> None:
+        """Stop counting until the next begin(); what was counted so far is kept."""
+        if self.start is None or self.spent is None:
+            return
         try:
             end = self._snapshot()
         except (OSError, ValueError, IndexError):
+            self.spent = None
+            return
+        self.spent = [s + (b - a) for s, a, b in zip(self.spent, self.start, end, strict=True)]
+        self.start = None
+        self.counted = True
+
+    def delta(self) -> dict[str, float] | None:
+        """What was counted between each begin() and its pause()."""
+        self.pause()
+        if self.spent is None or not self.counted:
             return None
-        busy, total, server, client = (b - a for a, b in zip(self.start, end, strict=True))
+        busy, total, server, client = self.spent
         cores = os.cpu_count() or 1
         wall = total / cores
         other = max(0.0, busy - client - server) if self.pgid is not None else None
@@ -765,28 +787,28 @@ class PromptCalibration:
         return n_words
 
 
-async def bench_server(
-    name: str,
-    base_url: str,
-    command: str | None,
+async def bench_phases(
+    res: ServerResult,
     args: argparse.Namespace,
     calib: PromptCalibration,
     proc: ServerProcess | None,
-) -> ServerResult:
-    res = ServerResult(name=name, command=command, url=base_url)
+) -> AsyncIterator[str]:
+    """Measure one server into ``res``, one phase per step: each ``anext`` runs the next
+    phase and yields its name. Between steps the server sits idle and its CPU is not
+    counted, so a driver can interleave the phases of several servers."""
     max_c = max(args.concurrency)
     limits = httpx.Limits(max_connections=max_c + 4, max_keepalive_connections=max_c + 4)
     timeout = httpx.Timeout(connect=10.0, read=args.request_timeout, write=30.0, pool=None)
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
         if proc is not None:
             t0 = time.perf_counter()
-            await wait_healthy(client, base_url, args.startup_timeout, proc.alive, proc.exit_status)
+            await wait_healthy(client, res.url, args.startup_timeout, proc.alive, proc.exit_status)
             res.startup_s = time.perf_counter() - t0
-            log_err(f"  healthy after {res.startup_s:.1f}s")
+            log_err(f"  [{res.name}] healthy after {res.startup_s:.1f}s")
         else:
-            await wait_healthy(client, base_url, args.startup_timeout, lambda: True)
+            await wait_healthy(client, res.url, args.startup_timeout, lambda: True)
 
-        wl = Workload(client, base_url, args)
+        wl = Workload(client, res.url, args)
 
         async def check_alive(phase: str) -> None:
             """Abort (results would be meaningless) if a started server died."""
@@ -796,9 +818,7 @@ async def bench_server(
             if not proc.alive():
                 raise RuntimeError(f"server died during {phase} ({proc.exit_status()})")
 
-        cpu = CpuMonitor(proc.pgid if proc is not None else None)
-
-        log_err("  warmup")
+        log_err(f"  [{res.name}] warmup")
         for _ in range(args.warmup):
             w = await wl.complete(wl.gen_prompt(), args.max_tokens)
             if not w.ok:
@@ -814,22 +834,30 @@ async def bench_server(
         if not w.ok:
             await check_alive("long-prompt warmup")
             raise RuntimeError(f"long-prompt warmup request failed: {w.error}")
+        yield "warmup"
 
+        cpu = CpuMonitor(proc.pgid if proc is not None else None)
         cpu.begin()
-        log_err(f"  single-stream decode ({args.decode_runs} x {args.max_tokens} tokens)")
+        log_err(f"  [{res.name}] single-stream decode ({args.decode_runs} x {args.max_tokens} tokens)")
         for _ in range(args.decode_runs):
             res.decode.append(await wl.complete(wl.gen_prompt(), args.max_tokens))
         await check_alive("single-stream decode")
         check_generated(res, res.decode, args.max_tokens, "decode")
+        cpu.pause()
+        yield "decode"
 
-        log_err(f"  prompt processing ({args.pp_runs} x ~{args.pp_tokens}-token prompt, max_tokens=1)")
+        cpu.begin()
+        log_err(f"  [{res.name}] prompt processing ({args.pp_runs} x ~{args.pp_tokens}-token prompt, max_tokens=1)")
         for _ in range(args.pp_runs):
             res.prompt.append(await wl.complete(wl.pp_prompt(n_words), 1))
         await check_alive("prompt processing")
         check_generated(res, res.prompt, 1, "prompt")
+        cpu.pause()
+        yield "prompt"
 
         for c in args.concurrency:
-            log_err(f"  concurrency {c} ({args.requests_per_client} requests per client)")
+            cpu.begin()
+            log_err(f"  [{res.name}] concurrency {c} ({args.requests_per_client} requests per client)")
             lv = await wl.level(c, args.requests_per_client)
             res.levels.append(lv)
             await check_alive(f"concurrency {c}")
@@ -839,26 +867,35 @@ async def bench_server(
                 f"    {fmt(s['aggregate_tps'])} tok/s aggregate, "
                 f"TTFT p50 {fmt_ms(s['ttft_p50_s'])} ms, errors {s['errors']}"
             )
+            cpu.pause()
+            yield f"concurrency {c}"
         if args.long_prompts:
+            cpu.begin()
             count, tokens, max_tokens = args.long_prompts
             words = max(16, round(n_words * tokens / args.pp_tokens))
-            log_err(f"  {count} long prompts in a row (~{tokens} tokens, {max_tokens} tokens each)")
+            log_err(f"  [{res.name}] {count} long prompts in a row (~{tokens} tokens, {max_tokens} tokens each)")
             res.long_prompts = await wl.long_prompts(count, words, max_tokens)
             await check_alive("long prompts")
             for i, r in enumerate(res.long_prompts, start=1):
                 log_err(f"    #{i}: decode {fmt(r.decode_tps)} tok/s, {r.error or 'ok'}")
+            cpu.pause()
+            yield "long prompts"
         if args.agent_turns:
+            cpu.begin()
             words = max(16, round(n_words * AGENT_PROMPT_TOKENS / args.pp_tokens))
-            log_err(f"  agent conversation ({args.agent_turns} turns on a ~{AGENT_PROMPT_TOKENS}-token start)")
+            log_err(
+                f"  [{res.name}] agent conversation ({args.agent_turns} turns on a ~{AGENT_PROMPT_TOKENS}-token start)"
+            )
             res.agent_turns = await wl.agent_turns(args.agent_turns, words, AGENT_TURN_TOKENS)
             await check_alive("agent turns")
+            cpu.pause()
+            yield "agent turns"
         res.cpu = cpu.delta()
         if res.cpu and res.cpu.get("other_pct_of_machine", 0.0) > OTHER_CPU_WARN_PCT:
             res.warnings.append(
                 f"other processes used {res.cpu['other_pct_of_machine']:.0f}% of the machine's"
                 " CPU during the measurement: results are likely disturbed"
             )
-    return res
 
 
 def server_command(spec: str, model: Path, port: int) -> str:
@@ -870,40 +907,98 @@ def server_command(spec: str, model: Path, port: int) -> str:
     )
 
 
-async def run_one(name: str, spec: str, args: argparse.Namespace, calib: PromptCalibration, stamp: str) -> ServerResult:
-    if spec.startswith(("http://", "https://")):
-        log_err(f"[{name}] using running server at {spec}")
-        try:
-            return await bench_server(name, spec, None, args, calib, None)
-        except Exception as e:  # report and continue with the other servers
-            return ServerResult(name=name, command=None, url=spec, error=str(e))
+class ServerRun:
+    """One server in one round: started on its first step, stopped after its last."""
 
-    port = args.port if args.port else free_port()
-    if port_in_use(port):
-        return ServerResult(name=name, command=spec, url="", error=f"port {port} already in use")
-    cmd = server_command(spec, args.model, port)
-    base_url = f"http://127.0.0.1:{port}"
-    log_path = args.results_dir / f"serve_bench-{stamp}-{name}.log"
-    proc = ServerProcess(shlex.split(cmd), log_path)
-    log_err(f"[{name}] starting: {cmd}")
-    log_err(f"  log: {log_path}")
-    try:
-        proc.start()
-    except OSError as e:
-        return ServerResult(name=name, command=cmd, url=base_url, error=f"cannot start: {e}")
-    try:
-        res = await bench_server(name, base_url, cmd, args, calib, proc)
-    except Exception as e:
-        res = ServerResult(name=name, command=cmd, url=base_url, error=str(e))
-    finally:
-        log_err(f"[{name}] stopping")
-        proc.stop(args.stop_timeout)
-    res.log_file = str(log_path)
-    if res.error:
-        tail = log_tail(log_path, 15)
-        if tail:
-            log_err(f"  server log tail:\n{tail}")
-    return res
+    def __init__(
+        self, index: int, name: str, spec: str, args: argparse.Namespace, calib: PromptCalibration, stamp: str
+    ):
+        self.index = index  # the server's place on the command line
+        self.spec = spec
+        self.args = args
+        self.calib = calib
+        self.stamp = stamp
+        self.proc: ServerProcess | None = None
+        self.res = ServerResult(name=name, command=None, url="")
+        self._phases: AsyncIterator[str] | None = None
+        self.done = False
+
+    async def step(self) -> bool:
+        """Run this server's next phase; False once it is done (finished or failed)."""
+        if self.done:
+            return False
+        try:
+            if self._phases is None:
+                self._start()
+                self._phases = bench_phases(self.res, self.args, self.calib, self.proc)
+            await anext(self._phases)
+            return True
+        except StopAsyncIteration:
+            pass
+        except Exception as e:  # report and go on with the other servers
+            self.res.error = str(e)
+        self._stop()
+        return False
+
+    def _start(self) -> None:
+        name, spec = self.res.name, self.spec
+        if spec.startswith(("http://", "https://")):
+            log_err(f"[{name}] using running server at {spec}")
+            self.res.url = spec
+            return
+        # A port is picked only now, so that a server started earlier already holds its own.
+        port = self.args.port + self.index if self.args.port else free_port()
+        cmd = server_command(spec, self.args.model, port)
+        self.res.command = cmd
+        self.res.url = f"http://127.0.0.1:{port}"
+        if port_in_use(port):
+            raise RuntimeError(f"port {port} already in use")
+        log_path = self.args.results_dir / f"serve_bench-{self.stamp}-{name}.log"
+        self.res.log_file = str(log_path)
+        self.proc = ServerProcess(shlex.split(cmd), log_path)
+        log_err(f"[{name}] starting: {cmd}")
+        log_err(f"  log: {log_path}")
+        try:
+            self.proc.start()
+        except OSError as e:
+            raise RuntimeError(f"cannot start: {e}") from e
+
+    def _stop(self) -> None:
+        self.done = True
+        if self.proc is not None:
+            log_err(f"[{self.res.name}] stopping")
+            self.proc.stop(self.args.stop_timeout)
+        if self.res.error and self.res.log_file:
+            tail = log_tail(Path(self.res.log_file), 15)
+            if tail:
+                log_err(f"  [{self.res.name}] server log tail:\n{tail}")
+
+
+async def run_round(runs: list[ServerRun], args: argparse.Namespace, n_round: int) -> None:
+    """Measure the round's servers.
+
+    Interleaved (the default): every server's phases alternate with the others', the
+    order flipping from one phase (and round) to the next, so a slow spell of a noisy
+    machine falls on both servers instead of on one server's whole run. The servers
+    not being measured sit idle meanwhile. With --sequential, one server after another.
+    """
+    if args.sequential or len(runs) == 1:
+        for i, run in enumerate(runs):
+            if (i > 0 or n_round > 1) and args.cooldown > 0:
+                await asyncio.sleep(args.cooldown)
+            while await run.step():
+                pass
+        return
+    active = list(runs)
+    n_phase = 0
+    while active:
+        order = active if (n_phase + n_round) % 2 else active[::-1]
+        for run in order:
+            if args.cooldown > 0:
+                await asyncio.sleep(args.cooldown)
+            if not await run.step():
+                active.remove(run)
+        n_phase += 1
 
 
 def log_tail(path: Path, n: int) -> str:
@@ -1210,7 +1305,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--pp-tokens", type=int, default=512, help="prompt length for the pp test (default 512)")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured warmup requests per server (default 1)")
     ap.add_argument("--quick", action="store_true", help="short run: fewer repetitions")
-    ap.add_argument("--rounds", type=int, default=1, help="run every server this many times, alternating (default 1)")
+    ap.add_argument("--rounds", type=int, default=1, help="run every server this many times (default 1)")
+    ap.add_argument(
+        "--sequential",
+        action="store_true",
+        help="measure one server after another instead of alternating their phases (only one server up at a time)",
+    )
     ap.add_argument(
         "--long-prompts",
         type=parse_long_prompts,
@@ -1289,17 +1389,15 @@ async def amain(args: argparse.Namespace) -> int:
     args.results_dir.mkdir(parents=True, exist_ok=True)
     calib = PromptCalibration()
     rounds: list[list[ServerResult]] = []
-    # Rounds alternate the servers (A, B, A, B, ...), so a slow spell of a noisy machine
-    # does not land on one server only.
     for n_round in range(1, args.rounds + 1):
-        results: list[ServerResult] = []
-        for i, (name, spec) in enumerate(zip(args.name, args.server, strict=True)):
-            if (i > 0 or n_round > 1) and args.cooldown > 0:
-                await asyncio.sleep(args.cooldown)
-            if args.rounds > 1:
-                log_err(f"round {n_round} of {args.rounds}")
-            results.append(await run_one(name, spec, args, calib, f"{stamp}-r{n_round}"))
-        rounds.append(results)
+        if args.rounds > 1:
+            log_err(f"round {n_round} of {args.rounds}")
+        runs = [
+            ServerRun(i, name, spec, args, calib, f"{stamp}-r{n_round}")
+            for i, (name, spec) in enumerate(zip(args.name, args.server, strict=True))
+        ]
+        await run_round(runs, args, n_round)
+        rounds.append([run.res for run in runs])
 
     sections = []
     for n_round, results in enumerate(rounds, start=1):
