@@ -4,10 +4,11 @@
 Starts each server command, waits for ``GET /health`` to return 200, drives
 ``POST /v1/completions`` with streaming requests, stops the server (SIGTERM,
 then SIGKILL) and prints markdown tables. With two or more servers it also
-prints ratio tables (first server / other). The servers take turns phase by
-phase (single-stream decode, prompt processing, each concurrency level, ...),
-so a slow spell of a noisy machine falls on all of them; only the one being
-measured has work, the others sit idle. ``--sequential`` runs one server at a
+prints ratio tables (first server / other). The servers take turns, the order
+flipping each turn: one request at a time in the single-request phases
+(single-stream decode, prompt processing, long prompts, agent turns), one whole
+level for the concurrency levels. So a slow spell of a noisy machine falls on
+all of them; only the one being measured has work, the others sit idle. ``--sequential`` runs one server at a
 time instead, from start to stop.
 
 Every request uses ``temperature: 0``, ``ignore_eos: true`` (so exactly
@@ -500,30 +501,28 @@ class Workload:
         if isinstance(timings, dict):
             res.server_timings = timings
 
-    async def long_prompts(self, n: int, n_words: int, max_tokens: int) -> list[RequestResult]:
-        """Long prompts one after another, each its own conversation (nothing shared to reuse).
+    async def long_prompt(self, n_words: int, max_tokens: int) -> RequestResult:
+        """One of the long prompts sent one after another, each its own conversation.
 
         The server's prompt cache stays on, as users run it: what the earlier conversations
         leave in the KV cache must not slow down or break the next one.
         """
-        return [await self.complete(self.pp_prompt(n_words), max_tokens, cache_prompt=None) for _ in range(n)]
+        return await self.complete(self.pp_prompt(n_words), max_tokens, cache_prompt=None)
 
-    async def agent_turns(self, n: int, n_words: int, max_tokens: int) -> list[RequestResult]:
+    async def agent_turns(self, n: int, n_words: int, max_tokens: int) -> AsyncIterator[RequestResult]:
         """An agent's conversation: each turn resends everything so far plus a short tool result.
 
         A server that keeps the conversation's KV answers a follow-up after prefilling only
         the new part; its time to first token is what an agent loop waits on.
         """
         prompt = f"{self._next_id()}. You are a coding agent. Read the file below and fix it.\n\n{long_text(n_words)}"
-        turns = []
         for i in range(n):
             r = await self.complete(prompt + "\n\nAssistant:", max_tokens, cache_prompt=None)
-            turns.append(r)
+            yield r
             if not r.ok:
-                break
+                return
             tool_result = long_text(40, seed=i + 1)
             prompt += f"\n\nAssistant:{r.text}\n\nTool result ({i + 1}): {tool_result}"
-        return turns
 
     async def level(self, concurrency: int, per_client: int) -> LevelResult:
         results: list[RequestResult] = []
@@ -793,9 +792,11 @@ async def bench_phases(
     calib: PromptCalibration,
     proc: ServerProcess | None,
 ) -> AsyncIterator[str]:
-    """Measure one server into ``res``, one phase per step: each ``anext`` runs the next
-    phase and yields its name. Between steps the server sits idle and its CPU is not
-    counted, so a driver can interleave the phases of several servers."""
+    """Measure one server into ``res`` step by step: each ``anext`` runs the next step and
+    yields its phase's name. A step is one request where a phase sends one request at a
+    time (single-stream decode, prompt processing, long prompts, agent turns) and a whole
+    concurrency level otherwise. Between steps the server sits idle and its CPU is not
+    counted, so a driver can interleave the steps of several servers."""
     max_c = max(args.concurrency)
     limits = httpx.Limits(max_connections=max_c + 4, max_keepalive_connections=max_c + 4)
     timeout = httpx.Timeout(connect=10.0, read=args.request_timeout, write=30.0, pool=None)
@@ -837,23 +838,23 @@ async def bench_phases(
         yield "warmup"
 
         cpu = CpuMonitor(proc.pgid if proc is not None else None)
-        cpu.begin()
         log_err(f"  [{res.name}] single-stream decode ({args.decode_runs} x {args.max_tokens} tokens)")
         for _ in range(args.decode_runs):
+            cpu.begin()
             res.decode.append(await wl.complete(wl.gen_prompt(), args.max_tokens))
-        await check_alive("single-stream decode")
+            await check_alive("single-stream decode")
+            cpu.pause()
+            yield "decode"
         check_generated(res, res.decode, args.max_tokens, "decode")
-        cpu.pause()
-        yield "decode"
 
-        cpu.begin()
         log_err(f"  [{res.name}] prompt processing ({args.pp_runs} x ~{args.pp_tokens}-token prompt, max_tokens=1)")
         for _ in range(args.pp_runs):
+            cpu.begin()
             res.prompt.append(await wl.complete(wl.pp_prompt(n_words), 1))
-        await check_alive("prompt processing")
+            await check_alive("prompt processing")
+            cpu.pause()
+            yield "prompt"
         check_generated(res, res.prompt, 1, "prompt")
-        cpu.pause()
-        yield "prompt"
 
         for c in args.concurrency:
             cpu.begin()
@@ -870,26 +871,32 @@ async def bench_phases(
             cpu.pause()
             yield f"concurrency {c}"
         if args.long_prompts:
-            cpu.begin()
             count, tokens, max_tokens = args.long_prompts
             words = max(16, round(n_words * tokens / args.pp_tokens))
             log_err(f"  [{res.name}] {count} long prompts in a row (~{tokens} tokens, {max_tokens} tokens each)")
-            res.long_prompts = await wl.long_prompts(count, words, max_tokens)
-            await check_alive("long prompts")
-            for i, r in enumerate(res.long_prompts, start=1):
-                log_err(f"    #{i}: decode {fmt(r.decode_tps)} tok/s, {r.error or 'ok'}")
-            cpu.pause()
-            yield "long prompts"
+            for i in range(1, count + 1):
+                cpu.begin()
+                r = await wl.long_prompt(words, max_tokens)
+                res.long_prompts.append(r)
+                await check_alive("long prompts")
+                log_err(f"    [{res.name}] #{i}: decode {fmt(r.decode_tps)} tok/s, {r.error or 'ok'}")
+                cpu.pause()
+                yield "long prompts"
         if args.agent_turns:
-            cpu.begin()
             words = max(16, round(n_words * AGENT_PROMPT_TOKENS / args.pp_tokens))
             log_err(
                 f"  [{res.name}] agent conversation ({args.agent_turns} turns on a ~{AGENT_PROMPT_TOKENS}-token start)"
             )
-            res.agent_turns = await wl.agent_turns(args.agent_turns, words, AGENT_TURN_TOKENS)
-            await check_alive("agent turns")
-            cpu.pause()
-            yield "agent turns"
+            turns = wl.agent_turns(args.agent_turns, words, AGENT_TURN_TOKENS)
+            while True:
+                cpu.begin()
+                turn = await anext(turns, None)
+                cpu.pause()
+                if turn is None:
+                    break
+                res.agent_turns.append(turn)
+                await check_alive("agent turns")
+                yield "agent turns"
         res.cpu = cpu.delta()
         if res.cpu and res.cpu.get("other_pct_of_machine", 0.0) > OTHER_CPU_WARN_PCT:
             res.warnings.append(
@@ -977,8 +984,8 @@ class ServerRun:
 async def run_round(runs: list[ServerRun], args: argparse.Namespace, n_round: int) -> None:
     """Measure the round's servers.
 
-    Interleaved (the default): every server's phases alternate with the others', the
-    order flipping from one phase (and round) to the next, so a slow spell of a noisy
+    Interleaved (the default): the servers' steps (bench_phases) alternate, the order
+    flipping from one step (and round) to the next, so a slow spell of a noisy
     machine falls on both servers instead of on one server's whole run. The servers
     not being measured sit idle meanwhile. With --sequential, one server after another.
     """

@@ -113,6 +113,25 @@ def test_idle_slots_leave_a_unified_kv_when_a_task_starts_and_come_back_from_ram
     assert s.stats.prompt_cache_hits == 1
 
 
+def test_a_conversation_that_continued_in_its_slot_leaves_a_unified_kv_once_idle() -> None:
+    """The follow-up reuses its slot, which parks the slot's earlier turn first; the turn that
+    follows is new KV, so it too must leave the pool when another conversation starts, or
+    every later decode would attend over it."""
+    policy = CachePolicy(cache_ram_bytes=1 << 20, cache_idle_slots=True, kv_unified=True)
+    s, runner = make(n_slots=2, policy=policy, n_batch=64)
+    conv_a, conv_b = list(range(100, 140)), list(range(300, 340))
+    submit(s, [*conv_a, 1], n_predict=2)
+    run_until_idle(s)
+    submit(s, [*conv_a, 5, 6], n_predict=2)  # same start, then different: same slot, old turn parked
+    run_until_idle(s)
+    submit(s, [*conv_b, 1], n_predict=2)
+    run_until_idle(s)
+    assert sum(len(runner.tokens(i)) > 0 for i in range(2)) == 1  # only the active conversation holds cells
+    _, again = submit(s, [*conv_a, 5, 6, 7, 3], n_predict=2)
+    run_until_idle(s)
+    assert again.finished is not None and again.finished.n_cached >= 43  # the second turn came back from RAM
+
+
 def test_idle_slots_stay_when_the_kv_is_per_slot_or_the_flag_is_off() -> None:
     for policy in (
         CachePolicy(cache_ram_bytes=1 << 20, cache_idle_slots=True, kv_unified=False),
