@@ -61,6 +61,35 @@ class LoopMailbox:
                 self._loop.call_exception_handler({"message": "mailbox delivery failed", "exception": error})
 
 
+class EventChannel:
+    """One request's events on the event loop: what the mailbox delivers, awaited by one reader.
+
+    asyncio.Queue would do, but it is built for many readers and writers (a future per
+    waiting reader, a task-done count and an Event per put); this runs once per
+    generated token on the thread every stream shares.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: deque[tuple[int, list[Event]]] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: tuple[int, list[Event]]) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> tuple[int, list[Event]]:
+        while not self._items:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
 _mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopMailbox] = weakref.WeakKeyDictionary()
 _mailboxes_lock = threading.Lock()
 
@@ -95,12 +124,12 @@ class EngineClient:
         Ends when every choice has finished or failed.
         """
         loop = asyncio.get_running_loop()
-        inbox: asyncio.Queue[tuple[int, list[Event]]] = asyncio.Queue()
+        inbox = EventChannel(loop)
         mailbox = mailbox_for(loop)
 
         def sink_for(index: int) -> Callable[[list[Event]], None]:
             def sink(events: list[Event]) -> None:
-                mailbox.post(inbox.put_nowait, (index, events))
+                mailbox.post(inbox.put, (index, events))
 
             return sink
 
