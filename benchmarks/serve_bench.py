@@ -866,7 +866,7 @@ async def bench_phases(
             check_generated(res, lv.requests, args.max_tokens, f"concurrency {c}")
             s = lv.summary()
             log_err(
-                f"    {fmt(s['aggregate_tps'])} tok/s aggregate, "
+                f"    [{res.name}] {fmt(s['aggregate_tps'])} tok/s aggregate, "
                 f"TTFT p50 {fmt_ms(s['ttft_p50_s'])} ms, errors {s['errors']}"
             )
             cpu.pause()
