@@ -794,10 +794,11 @@ async def bench_phases(
     proc: ServerProcess | None,
 ) -> AsyncIterator[str]:
     """Measure one server into ``res`` step by step: each ``anext`` runs the next step and
-    yields its phase's name. A step is one request where a phase sends one request at a
-    time (single-stream decode, prompt processing, long prompts, agent turns) and a whole
-    concurrency level otherwise. Between steps the server sits idle and its CPU is not
-    counted, so a driver can interleave the steps of several servers."""
+    yields its phase's name. The first step starts the server and warms it up; after it, a
+    step is one request where a phase sends one request at a time (single-stream decode,
+    prompt processing, long prompts, agent turns) and a whole concurrency level otherwise.
+    Between steps the server sits idle, so a driver can interleave the steps of several
+    servers."""
     max_c = max(args.concurrency)
     limits = httpx.Limits(max_connections=max_c + 4, max_keepalive_connections=max_c + 4)
     timeout = httpx.Timeout(connect=10.0, read=args.request_timeout, write=30.0, pool=None)
@@ -838,27 +839,21 @@ async def bench_phases(
             raise RuntimeError(f"long-prompt warmup request failed: {w.error}")
         yield "warmup"
 
-        cpu = CpuMonitor(proc.pgid if proc is not None else None)
         log_err(f"  [{res.name}] single-stream decode ({args.decode_runs} x {args.max_tokens} tokens)")
         for _ in range(args.decode_runs):
-            cpu.begin()
             res.decode.append(await wl.complete(wl.gen_prompt(), args.max_tokens))
             await check_alive("single-stream decode")
-            cpu.pause()
             yield "decode"
         check_generated(res, res.decode, args.max_tokens, "decode")
 
         log_err(f"  [{res.name}] prompt processing ({args.pp_runs} x ~{args.pp_tokens}-token prompt, max_tokens=1)")
         for _ in range(args.pp_runs):
-            cpu.begin()
             res.prompt.append(await wl.complete(wl.pp_prompt(n_words), 1))
             await check_alive("prompt processing")
-            cpu.pause()
             yield "prompt"
         check_generated(res, res.prompt, 1, "prompt")
 
         for c in args.concurrency:
-            cpu.begin()
             log_err(f"  [{res.name}] concurrency {c} ({args.requests_per_client} requests per client)")
             lv = await wl.level(c, args.requests_per_client)
             res.levels.append(lv)
@@ -869,41 +864,26 @@ async def bench_phases(
                 f"    [{res.name}] {fmt(s['aggregate_tps'])} tok/s aggregate, "
                 f"TTFT p50 {fmt_ms(s['ttft_p50_s'])} ms, errors {s['errors']}"
             )
-            cpu.pause()
             yield f"concurrency {c}"
         if args.long_prompts:
             count, tokens, max_tokens = args.long_prompts
             words = max(16, round(n_words * tokens / args.pp_tokens))
             log_err(f"  [{res.name}] {count} long prompts in a row (~{tokens} tokens, {max_tokens} tokens each)")
             for i in range(1, count + 1):
-                cpu.begin()
                 r = await wl.long_prompt(words, max_tokens)
                 res.long_prompts.append(r)
                 await check_alive("long prompts")
                 log_err(f"    [{res.name}] #{i}: decode {fmt(r.decode_tps)} tok/s, {r.error or 'ok'}")
-                cpu.pause()
                 yield "long prompts"
         if args.agent_turns:
             words = max(16, round(n_words * AGENT_PROMPT_TOKENS / args.pp_tokens))
             log_err(
                 f"  [{res.name}] agent conversation ({args.agent_turns} turns on a ~{AGENT_PROMPT_TOKENS}-token start)"
             )
-            turns = wl.agent_turns(args.agent_turns, words, AGENT_TURN_TOKENS)
-            while True:
-                cpu.begin()
-                turn = await anext(turns, None)
-                cpu.pause()
-                if turn is None:
-                    break
+            async for turn in wl.agent_turns(args.agent_turns, words, AGENT_TURN_TOKENS):
                 res.agent_turns.append(turn)
                 await check_alive("agent turns")
                 yield "agent turns"
-        res.cpu = cpu.delta()
-        if res.cpu and res.cpu.get("other_pct_of_machine", 0.0) > OTHER_CPU_WARN_PCT:
-            res.warnings.append(
-                f"other processes used {res.cpu['other_pct_of_machine']:.0f}% of the machine's"
-                " CPU during the measurement: results are likely disturbed"
-            )
 
 
 def server_command(spec: str, model: Path, port: int) -> str:
@@ -929,6 +909,7 @@ class ServerRun:
         self.proc: ServerProcess | None = None
         self.res = ServerResult(name=name, command=None, url="")
         self._phases: AsyncIterator[str] | None = None
+        self._cpu: CpuMonitor | None = None  # counts the measured steps, not the warmup
         self.done = False
 
     @property
@@ -943,14 +924,32 @@ class ServerRun:
             if self._phases is None:
                 self._start()
                 self._phases = bench_phases(self.res, self.args, self.calib, self.proc)
-            await anext(self._phases)
+                await anext(self._phases)  # healthy and warmed up: measured from here on
+                self._cpu = CpuMonitor(self.proc.pgid if self.proc is not None else None)
+                return True
+            assert self._cpu is not None
+            self._cpu.begin()
+            try:
+                await anext(self._phases)
+            finally:
+                self._cpu.pause()
             return True
         except StopAsyncIteration:
-            pass
+            self._note_cpu()
         except Exception as e:  # report and go on with the other servers
             self.res.error = str(e)
         self._stop()
         return False
+
+    def _note_cpu(self) -> None:
+        """The CPU the measured steps used, with a warning when other processes took a share."""
+        assert self._cpu is not None
+        cpu = self.res.cpu = self._cpu.delta()
+        if cpu and cpu.get("other_pct_of_machine", 0.0) > OTHER_CPU_WARN_PCT:
+            self.res.warnings.append(
+                f"other processes used {cpu['other_pct_of_machine']:.0f}% of the machine's"
+                " CPU during the measurement: results are likely disturbed"
+            )
 
     def _start(self) -> None:
         name, spec = self.res.name, self.spec
