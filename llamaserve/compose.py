@@ -34,7 +34,7 @@ from llamaserve.engine.slot_files import SlotFiles
 from llamaserve.llama import control_vectors
 from llamaserve.llama.buildinfo import build_info
 from llamaserve.llama.builtin_templates import builtin_template_names, render_builtin
-from llamaserve.llama.context import Context, ContextSettings
+from llamaserve.llama.context import Context, ContextSettings, cpu_flash_attention_tile
 from llamaserve.llama.devices import list_devices_text
 from llamaserve.llama.embed import Embedder
 from llamaserve.llama.load_params import LoadSettingsError, ModelLoadSettings
@@ -158,7 +158,8 @@ def _ui_settings(config: ServerConfig) -> dict[str, Any]:
     return settings
 
 
-def cache_policy(config: ServerConfig) -> CachePolicy:
+def cache_policy(config: ServerConfig, prefill_tile: tuple[int, int] = (0, 0)) -> CachePolicy:
+    """The scheduler's KV-cache policy; prefill_tile: `cpu_flash_attention_tile` of the context."""
     ram = config.cache_ram_mib
     idle = config.cache_idle_slots and ram != 0
     if config.cache_idle_slots and ram == 0:
@@ -171,6 +172,8 @@ def cache_policy(config: ServerConfig) -> CachePolicy:
         cache_ram_bytes=ram * 1024 * 1024 if ram > 0 else ram,
         cache_idle_slots=idle,
         kv_unified=config.effective_kv_unified,
+        prefill_tile_rows=prefill_tile[0],
+        pad_prefill_from=prefill_tile[1],
     )
 
 
@@ -411,7 +414,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         runner,
         n_slots,
         slot_prompt_similarity=config.slot_prompt_similarity,
-        cache=cache_policy(config),
+        cache=cache_policy(config, cpu_flash_attention_tile(settings, gpu_offload_supported())),
         n_ctx_slot=config.kv_unified_per_slot,
         cont_batching=config.tuning.cont_batching,
         show_special=config.special,

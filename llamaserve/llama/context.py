@@ -49,6 +49,23 @@ ROPE_SCALING_TYPES: dict[str, int] = {
 }
 
 
+# ggml's CPU flash attention (ggml-cpu/ops.cpp) takes a micro-batch of GGML_FA_TILE_Q query rows
+# or more as tiled matrix products, and a smaller one row by row; only over f16 or f32 KV.
+CPU_FA_TILE_ROWS = 64
+# Fewer new rows than this are cheaper row by row than padded to a tile (measured: about 50).
+CPU_FA_PAD_FROM = 52
+
+
+def cpu_flash_attention_tile(settings: ContextSettings, offloads: bool) -> tuple[int, int]:
+    """(tile rows, pad from) for engine/kvcache.pad_prefill: (0, 0) unless attention runs on
+    ggml's CPU flash-attention kernel. With "auto" llama.cpp turns it on where the backend has
+    it, as the CPU's has."""
+    kv_types = {settings.cache_type_k, settings.cache_type_v}
+    if settings.flash_attn == "off" or offloads or len(kv_types) != 1 or not kv_types <= {"f16", "f32"}:
+        return 0, 0
+    return CPU_FA_TILE_ROWS, CPU_FA_PAD_FROM
+
+
 class ContextError(RuntimeError):
     """The context could not be created or a decode failed hard."""
 

@@ -98,6 +98,34 @@ def test_save_erase_restore_gives_the_same_continuation(one_slot: tuple[RunningS
     assert again["timings"]["cache_n"] == n_tokens(url, prompt) - 1  # only the last token is decoded again
 
 
+def tokens_of(url: str, text: str) -> list[int]:
+    return list(httpx.post(f"{url}/tokenize", json={"content": text}, timeout=60).json()["tokens"])
+
+
+def test_a_follow_up_just_short_of_a_flash_attention_tile_is_padded_to_one(
+    one_slot: tuple[RunningServer, Path],
+) -> None:
+    """On the CPU, 52-63 new tokens are decoded with cached ones up to 64 (engine/kvcache.pad_prefill)."""
+    url = one_slot[0].url
+    prompt = long_text(20, seed=11)  # a seed no other test of the module starts its prompts with
+    complete(url, prompt)
+    cached = tokens_of(url, prompt)
+    text = prompt
+    # About 20 tokens an item: 60 new tokens (padded), then 40 and 79 (each decoded as they come).
+    for seed, (n_items, padded) in enumerate(((3, True), (2, False), (4, False)), start=12):
+        text += long_text(n_items, seed=seed)
+        tokens = tokens_of(url, text)
+        n_new = len(tokens) - next(i for i, (a, b) in enumerate(zip(cached + [-1], tokens)) if a != b)
+        assert (52 <= n_new < 64) == padded, n_new  # the text gives the counts this test is about
+        timings = complete(url, text)["timings"]
+        if padded:
+            assert timings["prompt_n"] == 64
+        else:  # the 8 tokens generated last time may match the start of the new text
+            assert n_new - 8 <= timings["prompt_n"] <= n_new
+        assert timings["cache_n"] + timings["prompt_n"] == len(tokens)
+        cached = tokens
+
+
 @pytest.mark.parametrize(
     "body,query,status",
     [

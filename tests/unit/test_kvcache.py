@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from llamaserve.engine.kvcache import CachePolicy, ChunkMove, PromptCache, context_shift, plan_chunk_reuse
+from llamaserve.engine.kvcache import (
+    CachePolicy,
+    ChunkMove,
+    PromptCache,
+    context_shift,
+    pad_prefill,
+    plan_chunk_reuse,
+)
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.slot_files import SlotFileError, SlotFiles, validate_filename
 
@@ -172,6 +179,40 @@ def test_cache_reuse_per_request_zero_turns_it_off() -> None:
     _, c = submit(s, [1, 2, 3] + doc + [8], n_predict=1, n_cache_reuse=0)
     run_until_idle(s)
     assert c.finished is not None and c.finished.n_cached == 3
+
+
+# ------------------------------------------------------------ prefill padding (CPU flash attention)
+@pytest.mark.parametrize(
+    ("keep", "n_prompt", "expected"),
+    [
+        (1500, 1557, 1493),  # 57 new rows: 7 cached ones join them to fill a 64-row tile
+        (1500, 1552, 1488),  # 52 new rows: the first count padded
+        (1500, 1551, 1500),  # 51: cheaper row by row
+        (1500, 1564, 1500),  # 64 already fill a tile
+        (1500, 1501, 1500),  # a single row (plain decode of the last token)
+        (5, 62, 5),  # too few cached tokens to pad with
+        (7, 64, 0),
+    ],
+)
+def test_pad_prefill_fills_a_tile_only_where_the_row_path_costs_more(keep: int, n_prompt: int, expected: int) -> None:
+    assert pad_prefill(keep, n_prompt, tile_rows=64, pad_from=52) == expected
+
+
+def test_pad_prefill_is_off_without_a_tile() -> None:
+    assert pad_prefill(1500, 1557, tile_rows=0, pad_from=0) == 1500
+
+
+def test_a_follow_up_short_of_a_tile_decodes_cached_tokens_again() -> None:
+    s, runner = make(policy=CachePolicy(prefill_tile_rows=16, pad_prefill_from=12), n_batch=64)
+    first = list(range(100, 140))
+    submit(s, first, n_predict=1)
+    run_until_idle(s)
+    follow_up = first + list(range(200, 213))  # 13 new tokens after the 40 cached ones
+    _, c = submit(s, follow_up, n_predict=1)
+    run_until_idle(s)
+    # 3 cached tokens are decoded again with the 13 new ones: the reported cache shrinks to match.
+    assert c.finished is not None and c.finished.n_cached == 53 - 16
+    assert runner.tokens(0)[:53] == follow_up
 
 
 # ------------------------------------------------------------ --context-shift
