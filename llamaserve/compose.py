@@ -408,13 +408,21 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     for adapter in adapters:
         undo.callback(adapter.close)
     media = _media(config, model, undo)
-    runner = LlamaRunner(model, context, adapters, special=config.special, media=media.store if media else None)
+    prefill_tile = cpu_flash_attention_tile(settings, gpu_offload_supported())
+    runner = LlamaRunner(
+        model,
+        context,
+        adapters,
+        special=config.special,
+        media=media.store if media else None,
+        attention_tile_rows=prefill_tile[0],
+    )
     _announce_slot_cap(config, context.n_ctx_seq)
     scheduler = Scheduler(
         runner,
         n_slots,
         slot_prompt_similarity=config.slot_prompt_similarity,
-        cache=cache_policy(config, cpu_flash_attention_tile(settings, gpu_offload_supported())),
+        cache=cache_policy(config, prefill_tile),
         n_ctx_slot=config.kv_unified_per_slot,
         cont_batching=config.tuning.cont_batching,
         show_special=config.special,

@@ -15,6 +15,27 @@ from llamaserve.llama.model import Model
 from llamaserve.llama.sampler import SamplerChain
 
 
+def attention_groups(plan: list[PlanRow], tile_rows: int) -> list[list[int]]:
+    """The plan's rows, by index, in the groups decoded one after another (usually one group).
+
+    ggml's CPU flash attention computes a micro-batch of ``tile_rows`` rows or more as tiles
+    of consecutive rows against tiles of KV cells, skipping a KV tile only when every row
+    of the query tile is masked from it. Single-token rows of many sequences (the decoding
+    slots) share query tiles, so together with a prompt chunk they are scored against the
+    whole KV cache instead of their own cells. Decoded apart, the decode rows take the
+    row-by-row path and the prompt chunk its own tiles: at 16 slots of ~120 tokens and a
+    48-token prompt, 76 + 171 ms apart against 350 ms together; at 32 slots and 300
+    tokens, 168 + 1,299 against 1,669 (SmolLM2-135M, 2 threads).
+    """
+    every = list(range(len(plan)))
+    if not tile_rows or sum(len(row.tokens) for row in plan) < tile_rows:
+        return [every]
+    single = [i for i in every if len(plan[i].tokens) == 1]
+    if len(single) < 2 or len(single) == len(plan):
+        return [every]
+    return [single, [i for i in every if len(plan[i].tokens) > 1]]
+
+
 class LlamaRunner:
     """Runs plans on a real llama.cpp context."""
 
@@ -26,6 +47,7 @@ class LlamaRunner:
         *,
         special: bool = False,
         media: MediaStore | None = None,
+        attention_tile_rows: int = 0,
     ) -> None:
         self.model = model
         # -sp/--special: control tokens (<|im_end|>, ...) are written into the generated text.
@@ -39,6 +61,8 @@ class LlamaRunner:
         self.n_seq_max = context.settings.n_seq_max
         # Encoded media that prompt placeholders (negative tokens) name; None without --mmproj.
         self.media = media
+        # ggml's CPU flash-attention tile (llama/context.cpu_flash_attention_tile); 0: none.
+        self.attention_tile_rows = attention_tile_rows
 
     def new_sampler(self, params: SamplingParams) -> SamplerChain:
         return SamplerChain(self.model, params)
@@ -95,6 +119,24 @@ class LlamaRunner:
         )
 
     def _step_text(self, plan: list[PlanRow]) -> StepResult:
+        groups = attention_groups(plan, self.attention_tile_rows)
+        if len(groups) == 1:
+            return self._decode_and_sample(plan)
+        samples: list[list[Sample]] = [[] for _ in plan]
+        prompt_lps: list[list[TokenLogprob]] = [[] for _ in plan]
+        for group in groups:
+            # Each decode overwrites the logits: a group is sampled before the next one runs.
+            result = self._decode_and_sample([plan[i] for i in group])
+            if result.error is not None:
+                return StepResult([[] for _ in plan], error=result.error, no_space=result.no_space)
+            for i, row_samples in zip(group, result.samples):
+                samples[i] = row_samples
+            for i, scored in zip(group, result.prompt_logprobs):
+                prompt_lps[i] = scored
+        scoring = any(row.targets for row in plan)
+        return StepResult(samples, prompt_logprobs=prompt_lps if scoring else [])
+
+    def _decode_and_sample(self, plan: list[PlanRow]) -> StepResult:
         if not plan:
             return StepResult([])
         rows: list[tuple[int, int, int, bool]] = []
