@@ -158,8 +158,8 @@ def _ui_settings(config: ServerConfig) -> dict[str, Any]:
     return settings
 
 
-def cache_policy(config: ServerConfig, prefill_tile: tuple[int, int] = (0, 0)) -> CachePolicy:
-    """The scheduler's KV-cache policy; prefill_tile: `cpu_flash_attention_tile` of the context."""
+def cache_policy(config: ServerConfig, prefill_tile_rows: int = 0) -> CachePolicy:
+    """The scheduler's KV-cache policy; prefill_tile_rows: `cpu_flash_attention_tile` of the context."""
     ram = config.cache_ram_mib
     idle = config.cache_idle_slots and ram != 0
     if config.cache_idle_slots and ram == 0:
@@ -172,8 +172,7 @@ def cache_policy(config: ServerConfig, prefill_tile: tuple[int, int] = (0, 0)) -
         cache_ram_bytes=ram * 1024 * 1024 if ram > 0 else ram,
         cache_idle_slots=idle,
         kv_unified=config.effective_kv_unified,
-        prefill_tile_rows=prefill_tile[0],
-        pad_prefill_from=prefill_tile[1],
+        prefill_tile_rows=prefill_tile_rows,
     )
 
 
@@ -408,21 +407,21 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     for adapter in adapters:
         undo.callback(adapter.close)
     media = _media(config, model, undo)
-    prefill_tile = cpu_flash_attention_tile(settings, gpu_offload_supported())
+    tile_rows = cpu_flash_attention_tile(settings, gpu_offload_supported())
     runner = LlamaRunner(
         model,
         context,
         adapters,
         special=config.special,
         media=media.store if media else None,
-        attention_tile_rows=prefill_tile[0],
+        attention_tile_rows=tile_rows,
     )
     _announce_slot_cap(config, context.n_ctx_seq)
     scheduler = Scheduler(
         runner,
         n_slots,
         slot_prompt_similarity=config.slot_prompt_similarity,
-        cache=cache_policy(config, prefill_tile),
+        cache=cache_policy(config, tile_rows),
         n_ctx_slot=config.kv_unified_per_slot,
         cont_batching=config.tuning.cont_batching,
         show_special=config.special,

@@ -177,13 +177,16 @@ class CachePolicy:
     # with a unified KV, cleared; attention then spans only the active slots' cells.
     cache_idle_slots: bool = False
     kv_unified: bool = False
-    # A prompt with pad_prefill_from to prefill_tile_rows - 1 new tokens is topped up to
-    # prefill_tile_rows with the last tokens of its cached prefix (`pad_prefill`); 0: never.
+    # The CPU flash-attention tile (llama/context.cpu_flash_attention_tile) that a prompt's
+    # new part is topped up to when it falls just short of one (`pad_prefill`); 0: never.
     prefill_tile_rows: int = 0
-    pad_prefill_from: int = 0
 
 
-def pad_prefill(keep: int, n_prompt: int, tile_rows: int, pad_from: int) -> int:
+# At most this many cached tokens are decoded again to fill a tile (see `pad_prefill`).
+MAX_PREFILL_PAD = 12
+
+
+def pad_prefill(keep: int, n_prompt: int, tile_rows: int) -> int:
     """How many prompt tokens to keep from the cache so that the new part fills a tile.
 
     llama.cpp's CPU flash attention computes a micro-batch of fewer than GGML_FA_TILE_Q
@@ -191,10 +194,10 @@ def pad_prefill(keep: int, n_prompt: int, tile_rows: int, pad_from: int) -> int:
     Decoding 57 new rows took longer than decoding 64 at every depth measured (367 against
     323 ms at 300 tokens of context, 542 against 517 at 1,500, 1,191 against 1,016 at
     5,000; SmolLM2-135M, 2 threads); the two costs meet at about 50 rows. So a follow-up turn
-    of 52-63 new tokens (a tool result, say) also decodes a few cached tokens again, which
-    only recomputes their KV, and starts sooner.
+    of 52-63 new tokens (a tool result, say) also decodes up to MAX_PREFILL_PAD cached tokens
+    again, which only recomputes their KV, and starts sooner.
     """
-    n_new = n_prompt - keep
-    if tile_rows and pad_from <= n_new < tile_rows and keep >= tile_rows - n_new:
-        return n_prompt - tile_rows
+    pad = tile_rows - (n_prompt - keep)
+    if tile_rows and 0 < pad <= MAX_PREFILL_PAD and keep >= pad:
+        return keep - pad
     return keep

@@ -73,7 +73,7 @@ class SlotKV:
         if reuse and min_chunk > 0 and keep < len(slot.cache_tokens) and self.runner.can_shift:
             keep = self._move_chunks(slot, prompt, keep, min_chunk)
         keep = min(keep, len(prompt) - 1)  # the last prompt token is decoded again for its logits
-        keep = pad_prefill(keep, len(prompt), self.policy.prefill_tile_rows, self.policy.pad_prefill_from)
+        keep = pad_prefill(keep, len(prompt), self.policy.prefill_tile_rows)
         self._truncate(slot, keep)
         slot.cache_hashes = prompt_hashes[: keep // BLOCK]  # the slot now holds prompt[:keep]
         return keep

@@ -52,19 +52,19 @@ ROPE_SCALING_TYPES: dict[str, int] = {
 # ggml's CPU flash attention (ggml-cpu/ops.cpp) takes a micro-batch of GGML_FA_TILE_Q query rows
 # or more as tiled matrix products, and a smaller one row by row; only over f16 or f32 KV.
 CPU_FA_TILE_ROWS = 64
-# Fewer new rows than this are cheaper row by row than padded to a tile (measured: about 50).
-CPU_FA_PAD_FROM = 52
 
 
-def cpu_flash_attention_tile(settings: ContextSettings, offloads: bool) -> tuple[int, int]:
-    """(tile rows, pad from): the tile that `LlamaRunner` keeps decode rows and prompt chunks
-    apart for (llama/runner.attention_groups), and where engine/kvcache.pad_prefill starts
-    topping a prompt up to it. (0, 0) unless attention runs on ggml's CPU flash-attention
-    kernel; with "auto" llama.cpp turns that on where the backend has it, as the CPU's has."""
+def cpu_flash_attention_tile(settings: ContextSettings, offloads: bool) -> int:
+    """The query rows of a flash-attention tile where attention runs on ggml's CPU kernel, else 0.
+
+    `LlamaRunner` keeps decode rows and prompt chunks apart for it (llama/runner.
+    split_decode_rows) and engine/kvcache.pad_prefill tops short prompts up to it. With
+    "auto", llama.cpp turns flash attention on where the backend has it, as the CPU's has.
+    """
     kv_types = {settings.cache_type_k, settings.cache_type_v}
     if settings.flash_attn == "off" or offloads or len(kv_types) != 1 or not kv_types <= {"f16", "f32"}:
-        return 0, 0
-    return CPU_FA_TILE_ROWS, CPU_FA_PAD_FROM
+        return 0
+    return CPU_FA_TILE_ROWS
 
 
 class ContextError(RuntimeError):

@@ -15,8 +15,9 @@ from llamaserve.llama.model import Model
 from llamaserve.llama.sampler import SamplerChain
 
 
-def attention_groups(plan: list[PlanRow], tile_rows: int) -> list[list[int]]:
-    """The plan's rows, by index, in the groups decoded one after another (usually one group).
+def split_decode_rows(plan: list[PlanRow], tile_rows: int) -> tuple[list[int], list[int]] | None:
+    """The plan's single-token rows and its other rows, by index, when they are better decoded
+    apart; None (the usual step) when the plan goes to llama.cpp as one batch.
 
     ggml's CPU flash attention computes a micro-batch of ``tile_rows`` rows or more as tiles
     of consecutive rows against tiles of KV cells, skipping a KV tile only when every row
@@ -27,13 +28,13 @@ def attention_groups(plan: list[PlanRow], tile_rows: int) -> list[list[int]]:
     48-token prompt, 76 + 171 ms apart against 350 ms together; at 32 slots and 300
     tokens, 168 + 1,299 against 1,669 (SmolLM2-135M, 2 threads).
     """
-    every = list(range(len(plan)))
-    if not tile_rows or sum(len(row.tokens) for row in plan) < tile_rows:
-        return [every]
-    single = [i for i in every if len(plan[i].tokens) == 1]
+    # Called every step: a decode-only step of fewer rows than a tile returns here.
+    if not tile_rows or len(plan) < 2 or sum(len(row.tokens) for row in plan) < tile_rows:
+        return None
+    single = [i for i, row in enumerate(plan) if len(row.tokens) == 1]
     if len(single) < 2 or len(single) == len(plan):
-        return [every]
-    return [single, [i for i in every if len(plan[i].tokens) > 1]]
+        return None
+    return single, [i for i, row in enumerate(plan) if len(row.tokens) > 1]
 
 
 class LlamaRunner:
@@ -119,12 +120,12 @@ class LlamaRunner:
         )
 
     def _step_text(self, plan: list[PlanRow]) -> StepResult:
-        groups = attention_groups(plan, self.attention_tile_rows)
-        if len(groups) == 1:
+        split = split_decode_rows(plan, self.attention_tile_rows)
+        if split is None:
             return self._decode_and_sample(plan)
         samples: list[list[Sample]] = [[] for _ in plan]
         prompt_lps: list[list[TokenLogprob]] = [[] for _ in plan]
-        for group in groups:
+        for group in split:
             # Each decode overwrites the logits: a group is sampled before the next one runs.
             result = self._decode_and_sample([plan[i] for i in group])
             if result.error is not None:

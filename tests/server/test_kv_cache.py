@@ -27,8 +27,12 @@ def long_text(n_items: int, seed: int = 0) -> str:
     return "\n".join(rows) + "\n"
 
 
+def tokens_of(url: str, text: str) -> list[int]:
+    return list(httpx.post(f"{url}/tokenize", json={"content": text}, timeout=60).json()["tokens"])
+
+
 def n_tokens(url: str, text: str) -> int:
-    return len(httpx.post(f"{url}/tokenize", json={"content": text}, timeout=60).json()["tokens"])
+    return len(tokens_of(url, text))
 
 
 def metric(url: str, name: str) -> float:
@@ -96,10 +100,6 @@ def test_save_erase_restore_gives_the_same_continuation(one_slot: tuple[RunningS
     again = complete(url, prompt, id_slot=0)
     assert again["content"] == first["content"]
     assert again["timings"]["cache_n"] == n_tokens(url, prompt) - 1  # only the last token is decoded again
-
-
-def tokens_of(url: str, text: str) -> list[int]:
-    return list(httpx.post(f"{url}/tokenize", json={"content": text}, timeout=60).json()["tokens"])
 
 
 def test_a_follow_up_just_short_of_a_flash_attention_tile_is_padded_to_one(

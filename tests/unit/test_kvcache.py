@@ -195,15 +195,15 @@ def test_cache_reuse_per_request_zero_turns_it_off() -> None:
     ],
 )
 def test_pad_prefill_fills_a_tile_only_where_the_row_path_costs_more(keep: int, n_prompt: int, expected: int) -> None:
-    assert pad_prefill(keep, n_prompt, tile_rows=64, pad_from=52) == expected
+    assert pad_prefill(keep, n_prompt, tile_rows=64) == expected
 
 
 def test_pad_prefill_is_off_without_a_tile() -> None:
-    assert pad_prefill(1500, 1557, tile_rows=0, pad_from=0) == 1500
+    assert pad_prefill(1500, 1557, tile_rows=0) == 1500
 
 
 def test_a_follow_up_short_of_a_tile_decodes_cached_tokens_again() -> None:
-    s, runner = make(policy=CachePolicy(prefill_tile_rows=16, pad_prefill_from=12), n_batch=64)
+    s, runner = make(policy=CachePolicy(prefill_tile_rows=16), n_batch=64)
     first = list(range(100, 140))
     submit(s, first, n_predict=1)
     run_until_idle(s)

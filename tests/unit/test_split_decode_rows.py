@@ -1,6 +1,6 @@
 """Decode rows and prompt chunks go to llama.cpp apart when together they would fill an attention tile.
 
-`attention_groups` decides; `LlamaRunner` decodes each group and samples it before the next
+`split_decode_rows` decides; `LlamaRunner` decodes each group and samples it before the next
 one overwrites the logits. A split step must answer exactly what one decode would have.
 """
 
@@ -12,7 +12,7 @@ from llamaserve.engine.runner import PlanRow
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.llama.context import CPU_FA_TILE_ROWS, Context, ContextSettings
 from llamaserve.llama.model import Model
-from llamaserve.llama.runner import LlamaRunner, attention_groups
+from llamaserve.llama.runner import LlamaRunner, split_decode_rows
 from tests.llama_logs import silenced_llama_logs
 
 
@@ -21,22 +21,22 @@ def rows(*lengths: int) -> list[PlanRow]:
 
 
 @pytest.mark.parametrize(
-    ("lengths", "groups"),
+    ("lengths", "split"),
     [
-        ((1,) * 16 + (48,), [list(range(16)), [16]]),  # 64 rows: the decode rows go first, alone
-        ((1, 40, 1, 30), [[0, 2], [1, 3]]),  # two prompt chunks stay together
-        ((1,) * 16 + (47,), [list(range(17))]),  # 63 rows: row by row anyway
-        ((1, 63), [[0, 1]]),  # one decode row shares its tile with one prompt only
-        ((1,) * 70, [list(range(70))]),  # decode rows only
-        ((200,), [[0]]),
+        ((1,) * 16 + (48,), (list(range(16)), [16])),  # 64 rows: the decode rows go first, alone
+        ((1, 40, 1, 30), ([0, 2], [1, 3])),  # two prompt chunks stay together
+        ((1,) * 16 + (47,), None),  # 63 rows: row by row anyway
+        ((1, 63), None),  # one decode row shares its tile with one prompt only
+        ((1,) * 70, None),  # decode rows only
+        ((200,), None),
     ],
 )
-def test_attention_groups(lengths: tuple[int, ...], groups: list[list[int]]) -> None:
-    assert attention_groups(rows(*lengths), CPU_FA_TILE_ROWS) == groups
+def test_split_decode_rows(lengths: tuple[int, ...], split: tuple[list[int], list[int]] | None) -> None:
+    assert split_decode_rows(rows(*lengths), CPU_FA_TILE_ROWS) == split
 
 
-def test_no_tile_means_one_group() -> None:
-    assert attention_groups(rows(*(1,) * 16, 48), 0) == [list(range(17))]
+def test_no_tile_means_one_batch() -> None:
+    assert split_decode_rows(rows(*(1,) * 16, 48), 0) is None
 
 
 def runner_on(model: Model, tile_rows: int) -> LlamaRunner:
