@@ -27,6 +27,11 @@ class CachedPrompt:
         return len(self.state) + 4 * len(self.tokens)
 
 
+# A cached prompt is restored only when the new prompt keeps at least this share of it
+# (llama-server skips entries under the same share, "don't trash large prompts").
+MIN_KEEP_SHARE = 0.25
+
+
 class PromptCache:
     """Prompt KV states kept in host memory, least recently used out first.
 
@@ -93,23 +98,29 @@ class PromptCache:
     def best(
         self, prompt: list[int], lora: tuple[float, ...] = (), hashes: list[int] | None = None
     ) -> tuple[CachedPrompt | None, int]:
-        """The entry sharing the longest prefix with prompt, and that length (marked recently used)."""
+        """The entry sharing the longest prefix with prompt, and that length (marked recently used).
+
+        Only entries the prompt would keep at least MIN_KEEP_SHARE of count, as in llama-server:
+        a restore copies the whole state into the KV cache, so taking a few tokens of a long one
+        costs more than it saves, and the cells it leaves behind can sit anywhere in the cache.
+        """
         if hashes is None:
             hashes = block_hashes(prompt, lora)
-        n_blocks = self._index.longest_shared(hashes)
-        # Entries sharing the most whole blocks hold the longest prefix; with none shared, any
+        # Entries sharing more whole blocks share a longer prefix: the first level down from the
+        # longest shared run that holds an eligible entry holds the best one. At level 0 any
         # entry may still share a part of the first block.
-        keys = list(self._index.sharing(hashes, n_blocks)) if n_blocks else list(self._entries)
-        best_key, best_len = -1, 0
-        for key in keys:
-            entry = self._entries[key]
-            n = common_prefix_length(entry.tokens, prompt) if entry.lora == lora else 0
-            if n > best_len:
-                best_key, best_len = key, n
-        if best_key < 0:
-            return None, 0
-        self._entries.move_to_end(best_key)
-        return self._entries[best_key], best_len
+        for n_blocks in range(self._index.longest_shared(hashes), -1, -1):
+            keys = list(self._index.sharing(hashes, n_blocks)) if n_blocks else list(self._entries)
+            best_key, best_len = -1, 0
+            for key in keys:
+                entry = self._entries[key]
+                n = common_prefix_length(entry.tokens, prompt) if entry.lora == lora else 0
+                if n > best_len and n >= MIN_KEEP_SHARE * len(entry.tokens):
+                    best_key, best_len = key, n
+            if best_key >= 0:
+                self._entries.move_to_end(best_key)
+                return self._entries[best_key], best_len
+        return None, 0
 
     def _drop(self, key: int) -> None:
         self.bytes_used -= self._entries.pop(key).size

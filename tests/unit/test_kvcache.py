@@ -92,6 +92,25 @@ def test_a_slot_taken_over_is_parked_in_ram_and_restored_for_a_later_prompt() ->
     assert runner.tokens(0)[:40] == long_a  # the restored cells sit where the prompt needs them
 
 
+def test_a_cached_prompt_is_restored_only_when_the_new_prompt_keeps_a_quarter_of_it() -> None:
+    """As in llama-server: a restore copies the whole parked state into the KV cache, so an
+    entry that shares only its first few tokens with the prompt stays in host memory."""
+    s, _ = make(policy=CachePolicy(cache_ram_bytes=1 << 20), n_batch=64)
+    conv = list(range(100, 140))
+    submit(s, [*conv, 1], n_predict=2)
+    run_until_idle(s)
+    submit(s, [200, 201, 202], n_predict=2)  # parks the conversation (about 42 tokens)
+    run_until_idle(s)
+    _, few = submit(s, [*conv[:5], 7, 8, 9], n_predict=2)  # would keep 5 of them
+    run_until_idle(s)
+    assert few.finished is not None and few.finished.n_cached == 0
+    assert s.stats.prompt_cache_hits == 0
+    _, more = submit(s, [*conv[:12], 7, 8, 9], n_predict=2)  # 12 of about 42: restored
+    run_until_idle(s)
+    assert more.finished is not None and more.finished.n_cached == 12
+    assert s.stats.prompt_cache_hits == 1
+
+
 def test_without_cache_ram_a_taken_over_slot_recomputes() -> None:
     s, _ = make(n_batch=64)
     long_a = list(range(100, 140))

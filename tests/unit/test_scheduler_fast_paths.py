@@ -48,7 +48,9 @@ def test_prompt_cache_best_and_covers_match_a_scan_over_every_entry() -> None:
         stored.append((tokens, lora))
         probe = trunk[: rng.randrange(0, len(trunk))] + [rng.randrange(50) for _ in range(rng.randrange(0, BLOCK))]
         live = [(e.tokens, e.lora) for e in cache.entries()]
-        expected = max((plain_prefix(t, probe) for t, lo in live if lo == lora), default=0)
+        # The longest prefix among entries the probe keeps at least a quarter of (MIN_KEEP_SHARE).
+        prefixes = [(plain_prefix(t, probe), len(t)) for t, lo in live if lo == lora]
+        expected = max((n for n, size in prefixes if 4 * n >= size), default=0)
         entry, n = cache.best(probe, lora)
         assert n == expected
         assert (entry is None) == (expected == 0)
