@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from llamaserve.engine.runner import SeqState
 from llamaserve.engine.slots import common_prefix_length
 from llamaserve.engine.token_blocks import BLOCK, PrefixIndex, block_hashes
 
@@ -19,7 +20,7 @@ class CachedPrompt:
     """A sequence's serialised KV cells and the tokens they hold."""
 
     tokens: list[int]
-    state: bytes
+    state: SeqState
     lora: tuple[float, ...] = ()  # the adapter scales the KV was computed with
 
     @property
@@ -67,7 +68,7 @@ class PromptCache:
         return False
 
     def put(
-        self, tokens: list[int], state: bytes, lora: tuple[float, ...] = (), hashes: list[int] | None = None
+        self, tokens: list[int], state: SeqState, lora: tuple[float, ...] = (), hashes: list[int] | None = None
     ) -> bool:
         """Keep a state; entries it extends are dropped. False when it can never fit."""
         entry = CachedPrompt(list(tokens), state, lora)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llamaserve.engine.runner import PlanRow, Sample, Sampler, StepResult, verify_draft
+from llamaserve.engine.runner import PlanRow, Sample, Sampler, SeqState, StepResult, verify_draft
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.types import TokenLogprob
 from llamaserve.llama.context import Context
@@ -204,10 +204,10 @@ class LlamaRunner:
     def can_shift(self) -> bool:
         return self.context.can_shift
 
-    def seq_state(self, seq_id: int) -> bytes:
+    def seq_state(self, seq_id: int) -> bytearray:
         return self.context.seq_state(seq_id)
 
-    def set_seq_state(self, seq_id: int, data: bytes) -> bool:
+    def set_seq_state(self, seq_id: int, data: SeqState) -> bool:
         return self.context.set_seq_state(seq_id, data)
 
     def save_seq_file(self, path: str, seq_id: int, tokens: list[int]) -> int:
