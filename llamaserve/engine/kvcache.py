@@ -110,11 +110,15 @@ class PromptCache:
             hashes = block_hashes(prompt, lora)
         # Entries sharing more whole blocks share a longer prefix: the first level down from the
         # longest shared run that holds an eligible entry holds the best one. At level 0 any
-        # entry may still share a part of the first block.
+        # entry may still share a part of the first block. A lower level lists the entries of
+        # the higher ones again; those were found ineligible already and are not compared twice.
+        compared: set[int] = set()
         for n_blocks in range(self._index.longest_shared(hashes), -1, -1):
-            keys = list(self._index.sharing(hashes, n_blocks)) if n_blocks else list(self._entries)
             best_key, best_len = -1, 0
-            for key in keys:
+            for key in self._index.sharing(hashes, n_blocks) if n_blocks else self._entries:
+                if key in compared:
+                    continue
+                compared.add(key)
                 entry = self._entries[key]
                 n = common_prefix_length(entry.tokens, prompt) if entry.lora == lora else 0
                 if n > best_len and n >= MIN_KEEP_SHARE * len(entry.tokens):

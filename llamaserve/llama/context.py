@@ -226,11 +226,13 @@ class Context:
 
     def set_seq_state(self, seq_id: int, data: bytes | bytearray) -> bool:
         """Load what seq_state returned into seq_id (which should be empty), without copying it first."""
-        if isinstance(data, bytearray):
-            view = (ctypes.c_uint8 * len(data)).from_buffer(data)
-            return int(C.llama_state_seq_set_data(self.handle, view, len(data), seq_id)) > 0
-        pointer = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))  # bytes: read in place
-        return int(C.llama_state_seq_set_data(self.handle, pointer, len(data), seq_id)) > 0
+        # A bytearray is shared as it is; immutable bytes through a pointer to their buffer.
+        source = (
+            (ctypes.c_uint8 * len(data)).from_buffer(data)
+            if isinstance(data, bytearray)
+            else ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
+        )
+        return int(C.llama_state_seq_set_data(self.handle, source, len(data), seq_id)) > 0
 
     def save_seq_file(self, path: str, seq_id: int, tokens: list[int]) -> int:
         """Write a sequence's KV cells and its tokens; returns bytes written (0 on failure)."""
