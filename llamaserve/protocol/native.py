@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
 from llamaserve.protocol.common import SamplingFields
 from llamaserve.protocol.openai import ChatMessage
@@ -23,6 +23,34 @@ class NativeCompletionRequest(SamplingFields):
     return_tokens: bool = False
     # `generation_settings/n_predict` style paths: the answer holds only these values.
     response_fields: list[str] | None = None
+    # llama-server's aliases on its native routes: n_predict, then max_completion_tokens, then
+    # max_tokens; n_probs, then logprobs; n_cmpl, then n.
+    max_completion_tokens: int | None = Field(None, ge=-1)
+    max_tokens: int | None = Field(None, ge=-1)
+    logprobs: int | None = Field(None, ge=0, le=100)
+    n_cmpl: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_completion(self) -> NativeCompletionRequest:
+        # Several completions of one prompt are /v1/completions' `n`; here they would be
+        # silently one, so they are refused.
+        n_cmpl = self.n_cmpl if self.n_cmpl is not None else self.n
+        if n_cmpl is not None and n_cmpl > 1:
+            raise ValueError("n_cmpl: one completion per prompt here; /v1/completions takes n for more")
+        return self
+
+    def token_limit(self) -> int | None:
+        """n_predict (or an alias): the most tokens to generate; None: the server's -n."""
+        for limit in (self.n_predict, self.max_completion_tokens, self.max_tokens):
+            if limit is not None:
+                return limit
+        return None
+
+    def top_probs(self) -> int:
+        """n_probs (or logprobs): how many top probabilities each token reports; -1: none."""
+        n_probs = self.n_probs if self.n_probs is not None else self.logprobs
+        return n_probs if n_probs else -1
 
 
 class InfillExtra(BaseModel):

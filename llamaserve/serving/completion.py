@@ -14,7 +14,7 @@ from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.protocol.common import SamplingFields
-from llamaserve.protocol.native import NativeCompletionRequest
+from llamaserve.protocol.native import InfillRequest, NativeCompletionRequest
 from llamaserve.protocol.openai import CompletionRequest
 from llamaserve.serving import generate, logprobs, media
 from llamaserve.serving.info import spec_types
@@ -47,7 +47,9 @@ def build_request(
         )
     if req.id_slot is not None and req.id_slot >= len(rt.scheduler.slots):
         raise APIError(f"id_slot: there is no slot {req.id_slot}")
-    limit = n_predict if n_predict is not None else req.n_predict
+    # llama-server's order: the body's n_predict, then the route's own limit (max_tokens,
+    # max_completion_tokens), then -n.
+    limit = req.n_predict if req.n_predict is not None else n_predict
     if limit is None:
         limit = rt.config.n_predict
     sampling = sampling_config(req, rt.config.sampling, rt.model)
@@ -127,7 +129,7 @@ def generation_settings(rt: ModelRuntime, request: GenerationRequest) -> dict[st
 # ------------------------------------------------------------------- native
 async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> list[tuple[GenerationRequest, str]]:
     grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema)
-    n_probs = req.n_probs if req.n_probs else -1
+    n_probs, limit = req.top_probs(), req.token_limit()
     out = []
     for prompt in split_prompts(req.prompt):
         if isinstance(prompt, dict) and "multimodal_data" in prompt and rt.media is not None:
@@ -137,12 +139,12 @@ async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> lis
             tokens = prompt_tokens(rt.model, prompt)
             text = prompt if isinstance(prompt, str) else rt.model.detokenize(tokens, special=True)
         out.append(
-            (build_request(rt, req, tokens, n_predict=None, stop=req.stop, grammar=grammar, n_probs=n_probs), text)
+            (build_request(rt, req, tokens, n_predict=limit, stop=req.stop, grammar=grammar, n_probs=n_probs), text)
         )
     return out
 
 
-async def infill_request(rt: ModelRuntime, req: Any) -> tuple[GenerationRequest, str]:
+async def infill_request(rt: ModelRuntime, req: InfillRequest) -> tuple[GenerationRequest, str]:
     """Fill-in-the-middle with the model's FIM tokens (Qwen2.5-Coder / StarCoder layout).
 
     Repository files from input_extra come first, each opened by FIM_SEP (or
@@ -173,7 +175,7 @@ async def infill_request(rt: ModelRuntime, req: Any) -> tuple[GenerationRequest,
     tokens += [fim["mid"]] + tok(req.prompt)
     grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema)
     job = build_request(
-        rt, req, tokens, n_predict=None, stop=req.stop, grammar=grammar, n_probs=req.n_probs if req.n_probs else -1
+        rt, req, tokens, n_predict=req.token_limit(), stop=req.stop, grammar=grammar, n_probs=req.top_probs()
     )
     return job, model.detokenize(tokens, special=True)
 

@@ -136,6 +136,41 @@ def test_native_stream(base_url: str) -> None:
     assert streamed == whole["content"]
 
 
+def native_completion(base_url: str, **fields: object) -> httpx.Response:
+    body = {"prompt": "Count: 1, 2, 3,", "temperature": 0, "ignore_eos": True, **fields}
+    return HTTP.post(f"{base_url}/completion", json=body)
+
+
+def test_native_completion_takes_llama_servers_aliases(base_url: str) -> None:
+    # llama-server reads n_predict, then max_completion_tokens, then max_tokens; without them a
+    # request with ignore_eos runs to the end of the context.
+    assert native_completion(base_url, max_tokens=3).json()["tokens_predicted"] == 3
+    assert native_completion(base_url, max_completion_tokens=4, max_tokens=9).json()["tokens_predicted"] == 4
+    assert native_completion(base_url, n_predict=2, max_completion_tokens=4).json()["tokens_predicted"] == 2
+    with HTTP.stream(
+        "POST",
+        f"{base_url}/completion",
+        json={"prompt": "Count: 1, 2, 3,", "max_tokens": 5, "ignore_eos": True, "stream": True},
+    ) as r:
+        assert sse_events(r)[-1]["tokens_predicted"] == 5
+    # logprobs stands for n_probs
+    probs = native_completion(base_url, max_tokens=2, logprobs=3).json()["completion_probabilities"]
+    assert len(probs) == 2 and all(len(p["top_logprobs"]) == 3 for p in probs)
+    # n_predict wins over the OpenAI route's max_tokens too, as in llama-server
+    oai = HTTP.post(
+        f"{base_url}/v1/completions",
+        json={"prompt": "Count: 1, 2, 3,", "max_tokens": 7, "n_predict": 3, "ignore_eos": True},
+    ).json()
+    assert oai["usage"]["completion_tokens"] == 3
+
+
+def test_native_completion_refuses_several_completions_per_prompt(base_url: str) -> None:
+    for name in ("n_cmpl", "n"):
+        r = native_completion(base_url, max_tokens=2, **{name: 2})
+        assert r.status_code == 400 and "n_cmpl" in r.json()["error"]["message"]
+    assert native_completion(base_url, max_tokens=2, n_cmpl=1).status_code == 200
+
+
 def busy_slots(base_url: str) -> int:
     return sum(1 for s in HTTP.get(f"{base_url}/slots").json() if s["is_processing"])
 
