@@ -44,7 +44,7 @@ def bind_task(slot: Slot, task: Task, state: SlotState, sampler: Sampler) -> Non
     slot.task = task
     slot.prompt = list(req.prompt_tokens)
     slot.state = state
-    slot.stream = TextStream(req.stop)
+    slot.stream = TextStream(req.stop, req.n_indent)
     slot.reasoning = ReasoningBudget(req.reasoning_budget) if req.reasoning_budget is not None else None
     slot.t_start = time.perf_counter()
     slot.last_task_id = task.id

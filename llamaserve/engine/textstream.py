@@ -29,8 +29,13 @@ def _utf8_complete_prefix(data: bytes) -> int:
 class TextStream:
     """Feeds token bytes in, gets safe text out, and reports a hit stop string."""
 
-    def __init__(self, stop: tuple[str, ...] = ()) -> None:
+    def __init__(self, stop: tuple[str, ...] = (), min_indent: int = 0) -> None:
         self.stop = tuple(s for s in stop if s)
+        # n_indent: the text ends before the first line, after a newline, that starts with
+        # fewer spaces or tabs than this (its indentation stays, as llama-server leaves it).
+        self.min_indent = min_indent
+        self._indent: int | None = None  # the current line's indentation while it is still unchecked
+        self.indent_stopped = False
         # Where a stop string could begin: one regex search per token instead of a loop.
         starts = "".join(sorted({re.escape(s[0]) for s in self.stop}))
         self._stop_start = re.compile(f"[{starts}]") if starts else None
@@ -48,10 +53,31 @@ class TextStream:
         return "".join(self._emitted)
 
     def _emit(self, out: str) -> str:
+        if out and self.min_indent:
+            out = self._cut_at_shallow_line(out)
         if out:
             self._emitted.append(out)
             if not self.saw_newline and "\n" in out:
                 self.saw_newline = True
+        return out
+
+    def _cut_at_shallow_line(self, out: str) -> str:
+        """``out`` up to the first character of a line indented less than ``min_indent``."""
+        for i, ch in enumerate(out):
+            if ch == "\n":
+                if self._indent is not None and self._indent < self.min_indent:
+                    self.indent_stopped = True  # a blank line ends it too, as in llama-server
+                    return out[:i]
+                self._indent = 0
+            elif self._indent is None:
+                continue  # before the first newline, or a line already found deep enough
+            elif ch in " \t":
+                self._indent += 1
+            elif self._indent < self.min_indent:
+                self.indent_stopped = True
+                return out[:i]
+            else:
+                self._indent = None
         return out
 
     def push(self, piece: bytes) -> str:
@@ -111,7 +137,7 @@ class TextStream:
         """Generation ended without a stop string: emit what was held back."""
         # An incomplete trailing character (cut off by a token limit) is
         # dropped rather than emitted as a replacement character.
-        rest = self._held
+        rest = "" if self.indent_stopped else self._held
         self._held, self._pending_bytes = "", b""
         return self._emit(rest)
 

@@ -2,8 +2,8 @@
 
 The scheduler hands every sampled token of a slot here, in order. This is llama-server's stop
 logic: an end-of-generation token ("eos"), a stop string ("word"), `n_predict`, a full slot
-context or `t_max_predict_ms` ("limit"); a full context shifts instead where --context-shift
-allows it.
+context, `t_max_predict_ms` or a line indented less than `n_indent` ("limit"); a full context
+shifts instead where --context-shift allows it.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def take_token(
     if slot.stream.stopped:
         return "word"  # the stream already cut the text at the stop string
     stop_type = ""
-    if req.n_predict >= 0 and len(slot.generated) >= req.n_predict:
+    if slot.stream.indent_stopped or (req.n_predict >= 0 and len(slot.generated) >= req.n_predict):
         stop_type = "limit"
     elif slot.n_past + 1 >= slot.n_ctx:
         if kv.shifts_context:

@@ -33,6 +33,7 @@ class GenerationRequest:
     cache_prompt: bool = True
     id_slot: int = -1
     t_max_predict_ms: int = 0
+    n_indent: int = 0  # the least indentation of a line after the first newline; 0: any
     n_keep: int = 0  # tokens kept at the start by a context shift; -1: the whole prompt
     n_discard: int = 0  # tokens a context shift drops; 0: half of those after n_keep
     n_cache_reuse: int = -1  # smallest chunk reused by KV shifting; -1: the server's --cache-reuse

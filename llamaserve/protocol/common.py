@@ -58,6 +58,9 @@ class SamplingFields(BaseModel):
     cache_prompt: bool | None = None
     id_slot: int | None = Field(None, ge=-1)
     t_max_predict_ms: int | None = Field(None, ge=0)
+    # Code completion (llama.vim, llama.vscode): after the first newline, a line indented by
+    # fewer spaces or tabs ends the answer, without that line's text.
+    n_indent: int | None = Field(None, ge=0)
     n_keep: int | None = Field(None, ge=-1)
     # Tokens a context shift drops; 0: half of what follows n_keep. A negative value
     # crashed llama-server (CVE-2026-21869): refused here with a 400.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from llamaserve.protocol.common import SamplingFields
 from llamaserve.protocol.openai import ChatMessage
@@ -30,15 +30,6 @@ class NativeCompletionRequest(SamplingFields):
     logprobs: int | None = Field(None, ge=0, le=100)
     n_cmpl: int | None = Field(None, ge=1)
     n: int | None = Field(None, ge=1)
-
-    @model_validator(mode="after")
-    def _one_completion(self) -> NativeCompletionRequest:
-        # Several completions of one prompt are /v1/completions' `n`; here they would be
-        # silently one, so they are refused.
-        n_cmpl = self.n_cmpl if self.n_cmpl is not None else self.n
-        if n_cmpl is not None and n_cmpl > 1:
-            raise ValueError("n_cmpl: one completion per prompt here; /v1/completions takes n for more")
-        return self
 
     def token_limit(self) -> int | None:
         """n_predict (or an alias): the most tokens to generate; None: the server's -n."""

@@ -63,6 +63,7 @@ def build_request(
         cache_prompt=rt.config.cache_prompt if req.cache_prompt is None else req.cache_prompt,
         id_slot=-1 if req.id_slot is None else req.id_slot,
         t_max_predict_ms=req.t_max_predict_ms or 0,
+        n_indent=req.n_indent or 0,
         n_keep=rt.config.n_keep if req.n_keep is None else req.n_keep,
         n_discard=req.n_discard or 0,
         n_cache_reuse=-1 if req.n_cache_reuse is None else req.n_cache_reuse,
@@ -114,6 +115,7 @@ def generation_settings(rt: ModelRuntime, request: GenerationRequest) -> dict[st
             "n_predict": request.n_predict,
             "max_tokens": request.n_predict,
             "n_keep": request.n_keep,
+            "n_indent": request.n_indent,
             "n_discard": request.n_discard,
             "stop": list(request.stop),
             "n_ctx": rt.n_ctx_slot,
@@ -127,8 +129,17 @@ def generation_settings(rt: ModelRuntime, request: GenerationRequest) -> dict[st
 
 
 # ------------------------------------------------------------------- native
+def refuse_several_completions(req: NativeCompletionRequest) -> None:
+    """n_cmpl (or n) above 1: several completions of one prompt are /v1/completions' `n`;
+    the native routes answer one, so more is refused rather than silently cut to one."""
+    n_cmpl = req.n_cmpl if req.n_cmpl is not None else req.n
+    if n_cmpl is not None and n_cmpl > 1:
+        raise APIError("n_cmpl: one completion per prompt here; /v1/completions takes n for more")
+
+
 async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> list[tuple[GenerationRequest, str]]:
     grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema)
+    refuse_several_completions(req)
     n_probs, limit = req.top_probs(), req.token_limit()
     out = []
     for prompt in split_prompts(req.prompt):
@@ -152,6 +163,7 @@ async def infill_request(rt: ModelRuntime, req: InfillRequest) -> tuple[Generati
     FIM_PRE prefix FIM_SUF suffix FIM_MID, then `prompt` (with --spm-infill
     FIM_SUF suffix FIM_PRE prefix FIM_MID).
     """
+    refuse_several_completions(req)
     fim = rt.model.fim_tokens()
     if min(fim["pre"], fim["suf"], fim["mid"]) < 0:
         raise APIError("the model has no fill-in-the-middle tokens (FIM_PRE, FIM_SUF, FIM_MID)")

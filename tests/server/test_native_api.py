@@ -171,6 +171,22 @@ def test_native_completion_refuses_several_completions_per_prompt(base_url: str)
     assert native_completion(base_url, max_tokens=2, n_cmpl=1).status_code == 200
 
 
+def test_n_indent_ends_the_answer_at_a_shallow_line(base_url: str) -> None:
+    # Code-completion clients (llama.vim, llama.vscode) send n_indent: after the first newline,
+    # a line indented less than that ends the answer, without its text.
+    body = {"prompt": "Fruits:\n- apple\n- banana\n-", "n_predict": 24, "temperature": 0}
+    free = HTTP.post(f"{base_url}/completion", json=body).json()["content"]
+    first_line = free[: free.index("\n") + 1]
+    assert free.startswith(first_line + "-")  # the next line is not indented: n_indent 1 stops there
+    bounded = HTTP.post(f"{base_url}/completion", json={**body, "n_indent": 1}).json()
+    assert bounded["content"] == first_line and bounded["stop_type"] == "limit"
+    assert bounded["generation_settings"]["n_indent"] == 1
+    with HTTP.stream("POST", f"{base_url}/completion", json={**body, "n_indent": 1, "stream": True}) as r:
+        assert "".join(e["content"] for e in sse_events(r)) == first_line
+    # Indented deeply enough, the same list goes on to n_predict.
+    assert HTTP.post(f"{base_url}/completion", json={**body, "n_indent": 0}).json()["content"] == free
+
+
 def busy_slots(base_url: str) -> int:
     return sum(1 for s in HTTP.get(f"{base_url}/slots").json() if s["is_processing"])
 
