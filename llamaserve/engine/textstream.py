@@ -62,7 +62,8 @@ class TextStream:
         return out
 
     def _cut_at_shallow_line(self, out: str) -> str:
-        """``out`` up to the first character of a line indented less than ``min_indent``."""
+        """``out`` up to the first line, after the first newline, indented less than ``min_indent``:
+        cut after that line's spaces and tabs, at its first other character or its newline."""
         for i, ch in enumerate(out):
             if ch == "\n":
                 if self._indent is not None and self._indent < self.min_indent:
