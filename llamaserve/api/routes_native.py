@@ -84,11 +84,11 @@ def native_routes(state: ServerState) -> APIRouter:
     async def infill(request: Request) -> Response:
         rt = runtime_of(state)
         req = await read_json(request, InfillRequest)
-        job, prompt = await completion.infill_request(rt, req)
+        jobs, prompt = await completion.infill_request(rt, req)
         if req.stream:
-            events = generate.stream(rt.engine, [job])
-            return await stream_events(request, events, lambda ev: completion.native_stream(rt, req, job, prompt, ev))
-        body = await until_disconnect(request, completion.native_complete(rt, req, [(job, prompt)]))
+            events = generate.stream(rt.engine, jobs)
+            return await stream_events(request, events, lambda ev: completion.native_stream(rt, req, jobs, prompt, ev))
+        body = await until_disconnect(request, completion.native_complete(rt, req, [(jobs, prompt)]))
         return JSONUTF8Response(body)
 
     @router.post("/completion")
@@ -100,9 +100,9 @@ def native_routes(state: ServerState) -> APIRouter:
         if req.stream:
             if len(jobs) != 1:
                 raise APIError("streaming supports a single prompt")
-            job, prompt = jobs[0]
-            events = generate.stream(rt.engine, [job])
-            return await stream_events(request, events, lambda ev: completion.native_stream(rt, req, job, prompt, ev))
+            group, prompt = jobs[0]
+            events = generate.stream(rt.engine, group)
+            return await stream_events(request, events, lambda ev: completion.native_stream(rt, req, group, prompt, ev))
         body = await until_disconnect(request, completion.native_complete(rt, req, jobs))
         first = body if isinstance(body, dict) else body[0]
         # response_fields may have left any of these out of the answer

@@ -81,10 +81,11 @@ def wants_verbose(rt: ModelRuntime, req: SamplingFields) -> bool:
     return req.verbose if req.verbose is not None else rt.config.log_verbosity > 9
 
 
-def choices(rt: ModelRuntime, job: GenerationRequest, n: int) -> list[GenerationRequest]:
-    """n choices of one prompt; with a fixed seed each choice gets seed + i so they differ."""
+def choices(rt: ModelRuntime, job: GenerationRequest, n: int, field: str = "n") -> list[GenerationRequest]:
+    """n choices of one prompt; with a fixed seed each choice gets seed + i so they differ.
+    ``field`` names the count in the error: more choices than slots can never run at once."""
     if n > len(rt.scheduler.slots):
-        raise APIError(f"n: at most {len(rt.scheduler.slots)} choices (the number of slots)")
+        raise APIError(f"{field}: at most {len(rt.scheduler.slots)} choices (the number of slots)")
     if n == 1:
         return [job]
     seed = job.sampling.seed
@@ -129,17 +130,18 @@ def generation_settings(rt: ModelRuntime, request: GenerationRequest) -> dict[st
 
 
 # ------------------------------------------------------------------- native
-def refuse_several_completions(req: NativeCompletionRequest) -> None:
-    """n_cmpl (or n) above 1: several completions of one prompt are /v1/completions' `n`;
-    the native routes answer one, so more is refused rather than silently cut to one."""
-    n_cmpl = req.n_cmpl if req.n_cmpl is not None else req.n
-    if n_cmpl is not None and n_cmpl > 1:
-        raise APIError("n_cmpl: one completion per prompt here; /v1/completions takes n for more")
+# One prompt of a native request: its n_cmpl completions (the prompt is decoded once) and
+# the prompt as text.
+NativeJob = tuple[list[GenerationRequest], str]
 
 
-async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> list[tuple[GenerationRequest, str]]:
+def native_choices(rt: ModelRuntime, req: NativeCompletionRequest, job: GenerationRequest) -> list[GenerationRequest]:
+    """n_cmpl (or n) completions of one prompt, as llama-server's child tasks."""
+    return choices(rt, job, req.n_cmpl if req.n_cmpl is not None else req.n or 1, field="n_cmpl")
+
+
+async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> list[NativeJob]:
     grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema)
-    refuse_several_completions(req)
     n_probs, limit = req.top_probs(), req.token_limit()
     out = []
     for prompt in split_prompts(req.prompt):
@@ -149,13 +151,12 @@ async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> lis
         else:
             tokens = prompt_tokens(rt.model, prompt)
             text = prompt if isinstance(prompt, str) else rt.model.detokenize(tokens, special=True)
-        out.append(
-            (build_request(rt, req, tokens, n_predict=limit, stop=req.stop, grammar=grammar, n_probs=n_probs), text)
-        )
+        job = build_request(rt, req, tokens, n_predict=limit, stop=req.stop, grammar=grammar, n_probs=n_probs)
+        out.append((native_choices(rt, req, job), text))
     return out
 
 
-async def infill_request(rt: ModelRuntime, req: InfillRequest) -> tuple[GenerationRequest, str]:
+async def infill_request(rt: ModelRuntime, req: InfillRequest) -> NativeJob:
     """Fill-in-the-middle with the model's FIM tokens (Qwen2.5-Coder / StarCoder layout).
 
     Repository files from input_extra come first, each opened by FIM_SEP (or
@@ -163,7 +164,6 @@ async def infill_request(rt: ModelRuntime, req: InfillRequest) -> tuple[Generati
     FIM_PRE prefix FIM_SUF suffix FIM_MID, then `prompt` (with --spm-infill
     FIM_SUF suffix FIM_PRE prefix FIM_MID).
     """
-    refuse_several_completions(req)
     fim = rt.model.fim_tokens()
     if min(fim["pre"], fim["suf"], fim["mid"]) < 0:
         raise APIError("the model has no fill-in-the-middle tokens (FIM_PRE, FIM_SUF, FIM_MID)")
@@ -189,7 +189,7 @@ async def infill_request(rt: ModelRuntime, req: InfillRequest) -> tuple[Generati
     job = build_request(
         rt, req, tokens, n_predict=req.token_limit(), stop=req.stop, grammar=grammar, n_probs=req.top_probs()
     )
-    return job, model.detokenize(tokens, special=True)
+    return native_choices(rt, req, job), model.detokenize(tokens, special=True)
 
 
 def _native_final(
@@ -255,35 +255,38 @@ def progress_fields(event: TextDelta) -> dict[str, Any]:
 
 
 async def native_complete(
-    rt: ModelRuntime, req: Any, jobs: list[tuple[GenerationRequest, str]]
+    rt: ModelRuntime, req: NativeCompletionRequest, jobs: list[NativeJob]
 ) -> dict[str, Any] | list[dict[str, Any]]:
-    results = await asyncio.gather(*(generate.complete(rt.engine, [job]) for job, _ in jobs))
-    fields = getattr(req, "response_fields", None)
-    bodies = [
-        pick_fields(_native_final(rt, job, i, res[0], text, req.return_tokens), fields)
-        for i, ((job, text), res) in enumerate(zip(jobs, results))
-    ]
+    """One answer, or a list of them numbered prompt by prompt and completion by completion."""
+    results = await asyncio.gather(*(generate.complete(rt.engine, group) for group, _ in jobs))
+    bodies: list[dict[str, Any]] = []
+    for (group, text), completions in zip(jobs, results):
+        for job, result in zip(group, completions):
+            final = _native_final(rt, job, len(bodies), result, text, req.return_tokens)
+            bodies.append(pick_fields(final, req.response_fields))
     return bodies[0] if len(bodies) == 1 else bodies
 
 
 async def native_stream(
     rt: ModelRuntime,
-    req: Any,
-    job: GenerationRequest,
+    req: NativeCompletionRequest,
+    jobs: list[GenerationRequest],
     prompt: str,
     events: AsyncIterator[tuple[int, TextDelta | Finished]],
 ) -> AsyncIterator[bytes]:
-    n = 0
-    async for _, event in events:
+    """One prompt's n_cmpl completions, each chunk tagged with its completion's index."""
+    predicted = [0] * len(jobs)
+    async for index, event in events:
+        job = jobs[index]
         if isinstance(event, TextDelta):
-            n += len(event.tokens)
+            predicted[index] += len(event.tokens)
             chunk: dict[str, Any] = {
-                "index": 0,
+                "index": index,
                 "content": event.text,
                 "tokens": event.tokens,
                 "stop": False,
                 "id_slot": -1,
-                "tokens_predicted": n,
+                "tokens_predicted": predicted[index],
                 "tokens_evaluated": len(job.prompt_tokens),
                 **progress_fields(event),
             }
@@ -293,8 +296,8 @@ async def native_stream(
                 )
             yield data_event(chunk)
         else:
-            final = _native_final(rt, job, 0, generate.Completion(finished=event), prompt, req.return_tokens)
-            yield data_event(pick_fields(final, getattr(req, "response_fields", None)))
+            final = _native_final(rt, job, index, generate.Completion(finished=event), prompt, req.return_tokens)
+            yield data_event(pick_fields(final, req.response_fields))
 
 
 # ------------------------------------------------------------------- OpenAI

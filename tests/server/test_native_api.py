@@ -164,11 +164,24 @@ def test_native_completion_takes_llama_servers_aliases(base_url: str) -> None:
     assert oai["usage"]["completion_tokens"] == 3
 
 
-def test_native_completion_refuses_several_completions_per_prompt(base_url: str) -> None:
-    for name in ("n_cmpl", "n"):
-        r = native_completion(base_url, max_tokens=2, **{name: 2})
-        assert r.status_code == 400 and "n_cmpl" in r.json()["error"]["message"]
-    assert native_completion(base_url, max_tokens=2, n_cmpl=1).status_code == 200
+def test_n_cmpl_answers_several_completions_of_each_prompt(base_url: str) -> None:
+    greedy = {"n_predict": 6, "temperature": 0}
+    alone = [HTTP.post(f"{base_url}/completion", json={"prompt": p, **greedy}).json()["content"] for p in ("Hi", "Yo")]
+    both = HTTP.post(f"{base_url}/completion", json={"prompt": ["Hi", "Yo"], "n_cmpl": 2, **greedy}).json()
+    # prompt by prompt, then completion by completion, as llama-server numbers its child tasks
+    assert [b["index"] for b in both] == [0, 1, 2, 3]
+    assert [b["content"] for b in both] == [alone[0], alone[0], alone[1], alone[1]]
+    assert all(b["tokens_predicted"] == 6 for b in both)
+    # `n` stands for n_cmpl; a stream tags each chunk with its completion
+    with HTTP.stream("POST", f"{base_url}/completion", json={"prompt": "Hi", "n": 2, "stream": True, **greedy}) as r:
+        events = sse_events(r)
+    for index in (0, 1):
+        mine = [e for e in events if e["index"] == index]
+        assert "".join(e["content"] for e in mine) == alone[0]
+        assert [e["stop"] for e in mine].count(True) == 1 and mine[-1]["tokens_predicted"] == 6
+    # more completions than slots can never run at once
+    r = HTTP.post(f"{base_url}/completion", json={"prompt": "Hi", "n_cmpl": 9, **greedy})
+    assert r.status_code == 400 and "n_cmpl" in r.json()["error"]["message"]
 
 
 def test_n_indent_ends_the_answer_at_a_shallow_line(base_url: str) -> None:
