@@ -39,6 +39,15 @@ def wait_asleep(server: RunningServer, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+def wait_freed(server: RunningServer, n_sleeps: int, timeout: float = 30.0) -> None:
+    """Until the log says the n-th sleep has freed the model: /props reports sleeping as soon as
+    the model is detached, and the freeing runs after it in a worker thread."""
+    deadline = time.time() + timeout
+    while server.log().count(SLEEP_LINE) < n_sleeps:
+        assert time.time() < deadline, f"the model was never freed:\n{server.log()}"
+        time.sleep(0.2)
+
+
 def chat_text(server: RunningServer) -> str:
     r = httpx.post(f"{server.url}/v1/chat/completions", json=CHAT, timeout=120)
     assert r.status_code == 200, r.text
@@ -64,6 +73,7 @@ def test_sleep_frees_memory_and_the_next_task_wakes_it(sleepy: RunningServer) ->
     assert "llamacpp:tokens_predicted_total 8" in metrics_awake
 
     wait_asleep(sleepy)
+    wait_freed(sleepy, 1)
     asleep_rss = rss(sleepy)
     # Measured: ~290 MiB awake, ~90 MiB asleep (weights, KV cache and compute buffers gone).
     assert awake_rss - asleep_rss > 100 * MiB, (awake_rss // MiB, asleep_rss // MiB)
