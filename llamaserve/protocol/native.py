@@ -31,12 +31,10 @@ class NativeCompletionRequest(SamplingFields):
     n_cmpl: int | None = Field(None, ge=1)
     n: int | None = Field(None, ge=1)
 
-    def token_limit(self) -> int | None:
-        """n_predict (or an alias): the most tokens to generate; None: the server's -n."""
-        for limit in (self.n_predict, self.max_completion_tokens, self.max_tokens):
-            if limit is not None:
-                return limit
-        return None
+    def alias_limit(self) -> int | None:
+        """max_completion_tokens, else max_tokens: the route's limit, which `build_request` takes
+        when the body has no n_predict; None: neither."""
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
     def top_probs(self) -> int:
         """n_probs (or logprobs): how many top probabilities each token reports; -1: none."""

@@ -142,7 +142,7 @@ def native_choices(rt: ModelRuntime, req: NativeCompletionRequest, job: Generati
 
 async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> list[NativeJob]:
     grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema)
-    n_probs, limit = req.top_probs(), req.token_limit()
+    n_probs, limit = req.top_probs(), req.alias_limit()
     out = []
     for prompt in split_prompts(req.prompt):
         if isinstance(prompt, dict) and "multimodal_data" in prompt and rt.media is not None:
@@ -187,7 +187,7 @@ async def infill_request(rt: ModelRuntime, req: InfillRequest) -> NativeJob:
     tokens += [fim["mid"]] + tok(req.prompt)
     grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema)
     job = build_request(
-        rt, req, tokens, n_predict=req.token_limit(), stop=req.stop, grammar=grammar, n_probs=req.top_probs()
+        rt, req, tokens, n_predict=req.alias_limit(), stop=req.stop, grammar=grammar, n_probs=req.top_probs()
     )
     return native_choices(rt, req, job), model.detokenize(tokens, special=True)
 
