@@ -102,7 +102,7 @@ class NullRunner:
     def load_seq_file(self, path: str, seq_id: int) -> tuple[int, list[int]]:
         return 0, []
 
-    def piece(self, token: int) -> bytes:
+    def piece(self, token: int, *, special: bool = False) -> bytes:
         return self._pieces[token]
 
     def is_eog(self, token: int) -> bool:

@@ -258,6 +258,51 @@ class _RegexParser:
         return ((ord(c), ord(c)),)
 
 
+# A lazy grammar's trigger patterns (/completion's grammar_triggers) are compiled by llama.cpp
+# with std::regex, and what that throws ends the process. So they are held to what the parser
+# above accepts, less what std::regex's ECMAScript may lack (named groups, \0, \b in a class,
+# unescaped braces), with repeat counts small enough to compile at once.
+_MAX_TRIGGER_REPEAT: Final = 1000
+
+
+class _TriggerPatternParser(_RegexParser):
+    def group(self) -> _RNode:
+        if self.src.startswith("(?<", self.pos) and not self.src.startswith(("(?<=", "(?<!"), self.pos):
+            raise self.fail("named groups are not supported")
+        return super().group()
+
+    def atom(self) -> _RNode:
+        if self.peek() in ("{", "}"):
+            raise self.fail("a literal brace must be escaped")
+        return super().atom()
+
+    def escape(self, in_class: bool) -> Intervals:
+        if self.peek() == "0" or (in_class and self.peek() == "b"):
+            raise self.fail(f"\\{self.peek()} is not supported here")
+        return super().escape(in_class)
+
+
+def _largest_repeat(node: _RNode) -> int:
+    if isinstance(node, _RRep):
+        return max(node.lo, node.hi or 0, _largest_repeat(node.item))
+    if isinstance(node, _RSeq):
+        return max((_largest_repeat(n) for n in node.items), default=0)
+    if isinstance(node, _RAlt):
+        return max((_largest_repeat(n) for n in node.options), default=0)
+    return 0
+
+
+def trigger_pattern_problem(pattern: str, path: str) -> str | None:
+    """Why llama.cpp should not be given ``pattern`` as a trigger; None when it may."""
+    try:
+        tree = _TriggerPatternParser(pattern, path).parse()
+    except SchemaError as exc:
+        return str(exc)
+    if _largest_repeat(tree) > _MAX_TRIGGER_REPEAT:
+        return f"{path}: repeat counts above {_MAX_TRIGGER_REPEAT} are not supported (pattern {pattern!r})"
+    return None
+
+
 def _re_nullable(node: _RNode) -> bool:
     if isinstance(node, _RSet):
         return False

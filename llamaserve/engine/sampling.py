@@ -100,8 +100,10 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     samplers: tuple[str, ...] = DEFAULT_SAMPLERS
     grammar: str | None = None
-    # Lazy grammar (tool calls): free text until a trigger pattern matches.
+    # Lazy grammar (tool calls, llama-server's grammar_lazy): free text until a trigger pattern
+    # matches the text or a trigger token is sampled; the grammar applies from the trigger on.
     grammar_triggers: tuple[str, ...] = ()
+    grammar_trigger_tokens: tuple[int, ...] = ()
     n_probs: int = 0
 
     def picks_greedily(self) -> bool:
@@ -129,7 +131,9 @@ class SamplingParams:
 
 
 # Knobs that need translating before they reach SamplingParams (names, token ids, grammars).
-_COMPOSITE_KNOBS = frozenset({"dry_sequence_breakers", "logit_bias", "samplers", "grammar", "grammar_triggers"})
+_COMPOSITE_KNOBS = frozenset(
+    {"dry_sequence_breakers", "logit_bias", "samplers", "grammar", "grammar_triggers", "grammar_trigger_tokens"}
+)
 # The knobs a request field or a server flag sets as one plain value, under the same name.
 SCALAR_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(SamplingParams) if f.name not in _COMPOSITE_KNOBS)
 

@@ -41,13 +41,14 @@ def take_token(
             slot.unsent_logprobs.append(sample.logprob)  # the end token's own probability
         # An end token's piece is empty unless -sp shows special tokens: then the text ends
         # with it (<|im_end|>), as llama-server's does.
-        tail = slot.stream.push(runner.piece(token)) if show_special else ""
+        shown = show_special or token in req.preserved_tokens
+        tail = slot.stream.push(runner.piece(token, special=True)) if shown else ""
         _flush(slot, tail, events)
         return "eos"
     slot.unsent_tokens.append(token)
     if sample.logprob is not None:
         slot.unsent_logprobs.append(sample.logprob)
-    piece = runner.piece(token)
+    piece = runner.piece(token, special=True) if token in req.preserved_tokens else runner.piece(token)
     text = slot.stream.push(piece)
     if slot.reasoning is not None:
         slot.reasoning.observe(piece.decode("utf-8", errors="replace"))

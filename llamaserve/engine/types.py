@@ -48,6 +48,8 @@ class GenerationRequest:
     timings_per_token: bool = False  # every TextDelta carries the timings so far
     return_progress: bool = False  # PromptProgress reports while the prompt is processed
     priority: int = 0  # lower values are admitted and prefilled first (vLLM's convention)
+    # Special tokens whose text the answer shows even without -sp (llama-server's preserved_tokens).
+    preserved_tokens: frozenset[int] = frozenset()
 
 
 @dataclass

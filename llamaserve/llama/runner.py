@@ -216,8 +216,8 @@ class LlamaRunner:
     def load_seq_file(self, path: str, seq_id: int) -> tuple[int, list[int]]:
         return self.context.load_seq_file(path, seq_id, self.n_ctx_seq)
 
-    def piece(self, token: int) -> bytes:
-        return self.model.piece(token, special=self.special)
+    def piece(self, token: int, *, special: bool = False) -> bytes:
+        return self.model.piece(token, special=self.special or special)
 
     def is_eog(self, token: int) -> bool:
         return self.model.is_eog(token)

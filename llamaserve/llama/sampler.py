@@ -156,7 +156,11 @@ class SamplerChain:
         self.cfg = cfg
         self.seed = resolve_seed(cfg.seed)
         self._keep = _Keepalive()
-        self.grammar = grammar_sampler(model.vocab, cfg.grammar, cfg.grammar_triggers) if cfg.grammar else None
+        self.grammar = (
+            grammar_sampler(model.vocab, cfg.grammar, cfg.grammar_triggers, cfg.grammar_trigger_tokens)
+            if cfg.grammar
+            else None
+        )
         self.handle = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
         biases = self._biases(model, cfg)
         self._add(self._logit_bias(biases))

@@ -18,6 +18,7 @@ from llamaserve.protocol.native import InfillRequest, NativeCompletionRequest
 from llamaserve.protocol.openai import CompletionRequest
 from llamaserve.serving import generate, logprobs, media
 from llamaserve.serving.info import spec_types
+from llamaserve.serving.lazy_grammar import settings_fields, with_lazy_grammar
 from llamaserve.serving.params import prompt_tokens, sampling_config, split_prompts, stop_strings
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
@@ -108,7 +109,9 @@ def generation_settings(rt: ModelRuntime, request: GenerationRequest) -> dict[st
     s = asdict(request.sampling)
     s["logit_bias"] = _logit_bias_json(rt, request.sampling)
     s["grammar"] = s.get("grammar") or ""
-    s.pop("grammar_triggers", None)
+    for name in ("grammar_triggers", "grammar_trigger_tokens"):
+        s.pop(name, None)
+    s.update(settings_fields(rt.model, request))
     s["samplers"] = list(s["samplers"])
     s["dry_sequence_breakers"] = list(s["dry_sequence_breakers"])
     s.update(
@@ -152,7 +155,7 @@ async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> lis
             tokens = prompt_tokens(rt.model, prompt)
             text = prompt if isinstance(prompt, str) else rt.model.detokenize(tokens, special=True)
         job = build_request(rt, req, tokens, n_predict=limit, stop=req.stop, grammar=grammar, n_probs=n_probs)
-        out.append((native_choices(rt, req, job), text))
+        out.append((native_choices(rt, req, with_lazy_grammar(rt.model, req, job)), text))
     return out
 
 
@@ -189,7 +192,7 @@ async def infill_request(rt: ModelRuntime, req: InfillRequest) -> NativeJob:
     job = build_request(
         rt, req, tokens, n_predict=req.alias_limit(), stop=req.stop, grammar=grammar, n_probs=req.top_probs()
     )
-    return native_choices(rt, req, job), model.detokenize(tokens, special=True)
+    return native_choices(rt, req, with_lazy_grammar(model, req, job)), model.detokenize(tokens, special=True)
 
 
 def _native_final(

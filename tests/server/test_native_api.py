@@ -200,6 +200,42 @@ def test_n_indent_ends_the_answer_at_a_shallow_line(base_url: str) -> None:
     assert HTTP.post(f"{base_url}/completion", json={**body, "n_indent": 0}).json()["content"] == free
 
 
+def test_lazy_grammar_applies_from_its_trigger_and_preserved_tokens_show(base_url: str) -> None:
+    # grammar_lazy and grammar_triggers, which llama-server's chat route fills from a template
+    # and clients that build their own prompts send to /completion: free text until the trigger.
+    body = {"prompt": "Fruits:\n- apple\n- banana\n-", "n_predict": 24, "temperature": 0}
+    free = HTTP.post(f"{base_url}/completion", json=body).json()["content"]
+    word = free.split("\n")[1].lstrip("- ")  # a fruit the model names on its second line
+    grammar = {"grammar": f'root ::= "{word} juice!"'}
+    lazy_body = {**body, **grammar, "grammar_lazy": True, "grammar_triggers": [{"type": 2, "value": word}]}
+    lazy = HTTP.post(f"{base_url}/completion", json=lazy_body).json()
+    assert lazy["content"] == free[: free.index(word)] + f"{word} juice!"
+    assert lazy["stop_type"] == "eos"  # the grammar is complete: only the end may follow
+    settings = lazy["generation_settings"]
+    assert settings["grammar_lazy"] is True and settings["grammar_triggers"] == [{"type": 2, "value": word}]
+    with HTTP.stream("POST", f"{base_url}/completion", json={**lazy_body, "stream": True}) as r:
+        assert "".join(e["content"] for e in sse_events(r)) == lazy["content"]
+    # Without grammar_lazy the grammar holds from the first token, as in llama-server.
+    strict = HTTP.post(
+        f"{base_url}/completion", json={**body, **grammar, "grammar_triggers": lazy_body["grammar_triggers"]}
+    )
+    assert strict.json()["content"] == f"{word} juice!"
+    # A preserved special token's text is shown (the end of turn here), without -sp.
+    chat = {"prompt": "<|im_start|>user\nSay OK.<|im_end|>\n<|im_start|>assistant\n", "n_predict": 40, "temperature": 0}
+    plain = HTTP.post(f"{base_url}/completion", json=chat).json()
+    kept = HTTP.post(f"{base_url}/completion", json={**chat, "preserved_tokens": ["<|im_end|>"]}).json()
+    assert plain["stop_type"] == kept["stop_type"] == "eos"
+    assert kept["content"] == plain["content"] + "<|im_end|>"
+    assert len(kept["generation_settings"]["preserved_tokens"]) == 1
+    # A pattern std::regex rejects would end the process inside llama.cpp: a 400 naming it instead.
+    bad = {**lazy_body, "grammar_triggers": [{"type": 2, "value": "(unclosed"}]}
+    r = HTTP.post(f"{base_url}/completion", json=bad)
+    assert r.status_code == 400 and "grammar_triggers[0].value" in r.json()["error"]["message"]
+    no_trigger = HTTP.post(f"{base_url}/completion", json={**body, **grammar, "grammar_lazy": True})
+    assert no_trigger.status_code == 400 and "grammar_triggers" in no_trigger.json()["error"]["message"]
+    assert HTTP.get(f"{base_url}/health").status_code == 200
+
+
 def busy_slots(base_url: str) -> int:
     return sum(1 for s in HTTP.get(f"{base_url}/slots").json() if s["is_processing"])
 

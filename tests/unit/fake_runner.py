@@ -170,7 +170,7 @@ class FakeRunner:
         self.cells[seq_id] = saved["cells"]
         return len(data), saved["tokens"]
 
-    def piece(self, token: int) -> bytes:
+    def piece(self, token: int, *, special: bool = False) -> bytes:
         return self.pieces.get(token, f"<{token}>".encode())
 
     def is_eog(self, token: int) -> bool:
