@@ -19,6 +19,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
+import httpcore
 import httpx
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -153,7 +154,8 @@ def create_front_app(config: ServerConfig, balancer: Balancer, upstream: Upstrea
                     on_done=functools.partial(balancer.finished, member),
                 )
             except APIError as exc:
-                if not isinstance(exc.__cause__, httpx.ConnectError):
+                # Upstream.forward speaks httpcore (not httpx): its ConnectError is the refusal.
+                if not isinstance(exc.__cause__, httpcore.ConnectError):
                     raise
                 # Refused before anything was sent: that member is down, another one can answer.
                 log.warning("upstream %s refused the connection: taken out until /health answers", member.url)
