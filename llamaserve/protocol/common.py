@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 LogitBias = dict[str, float | bool] | list[list[Any]]
 
@@ -76,3 +76,12 @@ class SamplingFields(BaseModel):
     return_progress: bool | None = None
     # Ours (vLLM's convention): lower values are admitted and prefilled first; 0 by default.
     priority: int | None = Field(None, ge=-(2**31), le=2**31 - 1)
+
+
+class LazyGrammarFields(BaseModel):
+    """llama-server's lazy grammar on its completion routes (serving/lazy_grammar.py checks the
+    entries, so that a bad one is a 400 naming it)."""
+
+    grammar_lazy: bool = False
+    grammar_triggers: list[Any] | None = Field(None, max_length=256)
+    preserved_tokens: list[StrictStr] | None = Field(None, max_length=1024)

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from llamaserve.protocol.common import SamplingFields
+from llamaserve.protocol.common import LazyGrammarFields, SamplingFields
 from llamaserve.protocol.openai import ChatMessage
 
 # A prompt: text, token ids, a mix of both, an object with a prompt_string, or a list of
@@ -16,7 +16,7 @@ PromptObject = dict[str, Any]
 Prompt = str | PromptObject | list[PromptPiece | list[PromptPiece] | PromptObject]
 
 
-class NativeCompletionRequest(SamplingFields):
+class NativeCompletionRequest(SamplingFields, LazyGrammarFields):
     prompt: Prompt = ""
     stream: bool = False
     stop: list[str] | str | None = None
@@ -30,11 +30,6 @@ class NativeCompletionRequest(SamplingFields):
     logprobs: int | None = Field(None, ge=0, le=100)
     n_cmpl: int | None = Field(None, ge=1)
     n: int | None = Field(None, ge=1)
-    # llama-server's lazy grammar (serving/lazy_grammar.py): the entries are checked there, so
-    # that a bad one is a 400 naming it.
-    grammar_lazy: bool = False
-    grammar_triggers: list[Any] | None = Field(None, max_length=256)
-    preserved_tokens: list[StrictStr] | None = Field(None, max_length=1024)
 
     def alias_limit(self) -> int | None:
         """max_completion_tokens, else max_tokens: the route's limit, which `build_request` takes

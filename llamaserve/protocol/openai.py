@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-from llamaserve.protocol.common import SamplingFields
+from llamaserve.protocol.common import LazyGrammarFields, SamplingFields
 
 Role = Literal["system", "user", "assistant", "tool", "developer", "function"]
 
@@ -62,7 +62,7 @@ class ChatCompletionRequest(SamplingFields):
         return v
 
 
-class CompletionRequest(SamplingFields):
+class CompletionRequest(SamplingFields, LazyGrammarFields):
     model: str | None = None
     prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]] = ""
     max_tokens: int | None = Field(16, ge=-1)

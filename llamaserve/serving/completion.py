@@ -321,6 +321,7 @@ async def oai_requests(rt: ModelRuntime, req: CompletionRequest) -> list[list[Ge
     for prompt in prompts:
         tokens = prompt_tokens(rt.model, prompt)
         job = build_request(rt, req, tokens, n_predict=req.max_tokens, stop=req.stop, grammar=grammar, n_probs=n_probs)
+        job = with_lazy_grammar(rt.model, req, job)
         if req.echo:
             # Evaluation harnesses score prompts this way: echo + logprobs (often max_tokens 0).
             job = replace(job, prompt_logprobs=n_probs >= 0, echo_text=rt.model.detokenize(tokens, special=True))

@@ -1,4 +1,4 @@
-"""llama-server's lazy grammar on /completion and /infill: `grammar_lazy`, `grammar_triggers`
+"""llama-server's lazy grammar on /completion, /infill and /v1/completions: `grammar_lazy`, `grammar_triggers`
 and `preserved_tokens`, the fields its chat route fills from a template's tool-call format and
 that clients building their own prompts send to the native routes.
 
@@ -21,7 +21,7 @@ from llamaserve.chat.schema_regex import trigger_pattern_problem
 from llamaserve.engine.backend import Vocabulary
 from llamaserve.engine.types import GenerationRequest
 from llamaserve.errors import APIError
-from llamaserve.protocol.native import NativeCompletionRequest
+from llamaserve.protocol.common import LazyGrammarFields
 
 # llama.cpp's common_grammar_trigger_type.
 TRIGGER_TOKEN, TRIGGER_WORD, TRIGGER_PATTERN, TRIGGER_PATTERN_FULL = range(4)
@@ -88,7 +88,7 @@ def triggers(model: Vocabulary, raw: list[Any], preserved: frozenset[int]) -> tu
     return tuple(patterns), tuple(tokens)
 
 
-def with_lazy_grammar(model: Vocabulary, req: NativeCompletionRequest, job: GenerationRequest) -> GenerationRequest:
+def with_lazy_grammar(model: Vocabulary, req: LazyGrammarFields, job: GenerationRequest) -> GenerationRequest:
     """The job with the request's preserved tokens and, under `grammar_lazy`, its triggers."""
     preserved = preserved_tokens(model, req.preserved_tokens or [])
     if preserved:

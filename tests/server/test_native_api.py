@@ -215,6 +215,8 @@ def test_lazy_grammar_applies_from_its_trigger_and_preserved_tokens_show(base_ur
     assert settings["grammar_lazy"] is True and settings["grammar_triggers"] == [{"type": 2, "value": word}]
     with HTTP.stream("POST", f"{base_url}/completion", json={**lazy_body, "stream": True}) as r:
         assert "".join(e["content"] for e in sse_events(r)) == lazy["content"]
+    oai = HTTP.post(f"{base_url}/v1/completions", json={**lazy_body, "max_tokens": 24}).json()
+    assert oai["choices"][0]["text"] == lazy["content"]  # llama-server reads them there too
     # Without grammar_lazy the grammar holds from the first token, as in llama-server.
     strict = HTTP.post(
         f"{base_url}/completion", json={**body, **grammar, "grammar_triggers": lazy_body["grammar_triggers"]}
