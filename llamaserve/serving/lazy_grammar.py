@@ -1,6 +1,6 @@
-"""llama-server's lazy grammar on /completion, /infill and /v1/completions: `grammar_lazy`, `grammar_triggers`
-and `preserved_tokens`, the fields its chat route fills from a template's tool-call format and
-that clients building their own prompts send to the native routes.
+"""llama-server's lazy grammar on /completion, /infill and /v1/completions: `grammar_lazy`,
+`grammar_triggers` and `preserved_tokens`, the fields its chat route fills from a template's
+tool-call format and that clients building their own prompts send to the completion routes.
 
 With `grammar_lazy`, the answer is free text until a trigger fires: a trigger token is
 sampled, or the text so far matches a trigger pattern; the grammar applies from the match on.
@@ -61,10 +61,11 @@ def triggers(model: Vocabulary, raw: list[Any], preserved: frozenset[int]) -> tu
     tokens: list[int] = []
     for i, trigger in enumerate(raw):
         where = f"grammar_triggers[{i}]"
-        kind = trigger.get("type") if isinstance(trigger, dict) else None
+        if not isinstance(trigger, dict):
+            raise APIError(f'{where}: an object {{"type": …, "value": …}} is required')
+        kind = trigger.get("type")
         if not isinstance(kind, int) or isinstance(kind, bool) or kind not in range(4):
             raise APIError(f"{where}.type: one of 0 (token), 1 (word), 2 (pattern), 3 (full pattern)")
-        assert isinstance(trigger, dict)
         value = _text(trigger, where)
         if kind == TRIGGER_TOKEN:
             token = trigger.get("token")

@@ -73,7 +73,7 @@ def test_a_one_token_word_must_be_preserved() -> None:
     [
         ({"type": 7, "value": "a"}, "grammar_triggers[0].type"),
         ({"type": True, "value": "a"}, "grammar_triggers[0].type"),
-        ("a word", "grammar_triggers[0].type"),
+        ("a word", "grammar_triggers[0]: an object"),
         ({"type": 1}, "grammar_triggers[0].value"),
         ({"type": 1, "value": "a\x00b"}, "grammar_triggers[0].value"),
         ({"type": 0, "value": "a"}, "grammar_triggers[0].token"),
