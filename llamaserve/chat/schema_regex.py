@@ -281,25 +281,19 @@ class _TriggerPatternParser(_RegexParser):
             raise self.fail(f"\\{self.peek()} is not supported here")
         return super().escape(in_class)
 
-
-def _largest_repeat(node: _RNode) -> int:
-    if isinstance(node, _RRep):
-        return max(node.lo, node.hi or 0, _largest_repeat(node.item))
-    if isinstance(node, _RSeq):
-        return max((_largest_repeat(n) for n in node.items), default=0)
-    if isinstance(node, _RAlt):
-        return max((_largest_repeat(n) for n in node.options), default=0)
-    return 0
+    def quantified(self) -> _RNode:
+        node = super().quantified()
+        if isinstance(node, _RRep) and max(node.lo, node.hi or 0) > _MAX_TRIGGER_REPEAT:
+            raise self.fail(f"repeat counts above {_MAX_TRIGGER_REPEAT} are not supported")
+        return node
 
 
 def trigger_pattern_problem(pattern: str, path: str) -> str | None:
     """Why llama.cpp should not be given ``pattern`` as a trigger; None when it may."""
     try:
-        tree = _TriggerPatternParser(pattern, path).parse()
+        _TriggerPatternParser(pattern, path).parse()
     except SchemaError as exc:
         return str(exc)
-    if _largest_repeat(tree) > _MAX_TRIGGER_REPEAT:
-        return f"{path}: repeat counts above {_MAX_TRIGGER_REPEAT} are not supported (pattern {pattern!r})"
     return None
 
 

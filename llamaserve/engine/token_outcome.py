@@ -48,7 +48,7 @@ def take_token(
     slot.unsent_tokens.append(token)
     if sample.logprob is not None:
         slot.unsent_logprobs.append(sample.logprob)
-    piece = runner.piece(token, special=True) if token in req.preserved_tokens else runner.piece(token)
+    piece = runner.piece(token, special=token in req.preserved_tokens)
     text = slot.stream.push(piece)
     if slot.reasoning is not None:
         slot.reasoning.observe(piece.decode("utf-8", errors="replace"))

@@ -18,7 +18,7 @@ from llamaserve.protocol.native import InfillRequest, NativeCompletionRequest
 from llamaserve.protocol.openai import CompletionRequest
 from llamaserve.serving import generate, logprobs, media
 from llamaserve.serving.info import spec_types
-from llamaserve.serving.lazy_grammar import settings_fields, with_lazy_grammar
+from llamaserve.serving.lazy_grammar import lazy_grammar, settings_fields
 from llamaserve.serving.params import prompt_tokens, sampling_config, split_prompts, stop_strings
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
@@ -146,6 +146,7 @@ def native_choices(rt: ModelRuntime, req: NativeCompletionRequest, job: Generati
 async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> list[NativeJob]:
     grammar = await resolve_grammar(rt.model, grammar=req.grammar, json_schema=req.json_schema)
     n_probs, limit = req.top_probs(), req.alias_limit()
+    lazy = lazy_grammar(rt.model, req)
     out = []
     for prompt in split_prompts(req.prompt):
         if isinstance(prompt, dict) and "multimodal_data" in prompt and rt.media is not None:
@@ -155,7 +156,7 @@ async def native_requests(rt: ModelRuntime, req: NativeCompletionRequest) -> lis
             tokens = prompt_tokens(rt.model, prompt)
             text = prompt if isinstance(prompt, str) else rt.model.detokenize(tokens, special=True)
         job = build_request(rt, req, tokens, n_predict=limit, stop=req.stop, grammar=grammar, n_probs=n_probs)
-        out.append((native_choices(rt, req, with_lazy_grammar(rt.model, req, job)), text))
+        out.append((native_choices(rt, req, lazy.apply(job)), text))
     return out
 
 
@@ -192,7 +193,7 @@ async def infill_request(rt: ModelRuntime, req: InfillRequest) -> NativeJob:
     job = build_request(
         rt, req, tokens, n_predict=req.alias_limit(), stop=req.stop, grammar=grammar, n_probs=req.top_probs()
     )
-    return native_choices(rt, req, with_lazy_grammar(model, req, job)), model.detokenize(tokens, special=True)
+    return native_choices(rt, req, lazy_grammar(model, req).apply(job)), model.detokenize(tokens, special=True)
 
 
 def _native_final(
@@ -317,11 +318,12 @@ async def oai_requests(rt: ModelRuntime, req: CompletionRequest) -> list[list[Ge
     prompts = split_prompts(req.prompt)
     if len(prompts) * req.n > len(rt.scheduler.slots) and req.n > 1:
         raise APIError(f"n: at most {len(rt.scheduler.slots)} choices in all (the number of slots)")
+    lazy = lazy_grammar(rt.model, req)
     groups = []
     for prompt in prompts:
         tokens = prompt_tokens(rt.model, prompt)
         job = build_request(rt, req, tokens, n_predict=req.max_tokens, stop=req.stop, grammar=grammar, n_probs=n_probs)
-        job = with_lazy_grammar(rt.model, req, job)
+        job = lazy.apply(job)
         if req.echo:
             # Evaluation harnesses score prompts this way: echo + logprobs (often max_tokens 0).
             job = replace(job, prompt_logprobs=n_probs >= 0, echo_text=rt.model.detokenize(tokens, special=True))

@@ -14,7 +14,7 @@ the first token and the triggers are not used, as in llama-server.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llamaserve.chat.schema_regex import trigger_pattern_problem
@@ -89,22 +89,32 @@ def triggers(model: Vocabulary, raw: list[Any], preserved: frozenset[int]) -> tu
     return tuple(patterns), tuple(tokens)
 
 
-def with_lazy_grammar(model: Vocabulary, req: LazyGrammarFields, job: GenerationRequest) -> GenerationRequest:
-    """The job with the request's preserved tokens and, under `grammar_lazy`, its triggers."""
+@dataclass(frozen=True)
+class LazyGrammar:
+    """A request's three fields, read once and applied to each of its prompts' jobs."""
+
+    preserved: frozenset[int] = frozenset()
+    lazy: bool = False
+    patterns: tuple[str, ...] = ()
+    tokens: tuple[int, ...] = ()
+
+    def apply(self, job: GenerationRequest) -> GenerationRequest:
+        """The job with the preserved tokens and, under `grammar_lazy`, the triggers."""
+        if self.preserved:
+            job = replace(job, preserved_tokens=self.preserved)
+        if not self.lazy or job.sampling.grammar is None:
+            return job  # strict, or no grammar: the answer is free text whatever triggers
+        if not self.patterns and not self.tokens:
+            raise APIError("grammar_triggers: a lazy grammar needs at least one trigger")
+        sampling = replace(job.sampling, grammar_triggers=self.patterns, grammar_trigger_tokens=self.tokens)
+        return replace(job, sampling=sampling)
+
+
+def lazy_grammar(model: Vocabulary, req: LazyGrammarFields) -> LazyGrammar:
+    """The request's fields checked (a bad trigger is a 400 even when `grammar_lazy` is off)."""
     preserved = preserved_tokens(model, req.preserved_tokens or [])
-    if preserved:
-        job = replace(job, preserved_tokens=preserved)
-    raw = req.grammar_triggers or []
-    if not req.grammar_lazy:
-        if raw:
-            triggers(model, raw, preserved)  # checked all the same: a bad entry is a 400 either way
-        return job
-    patterns, tokens = triggers(model, raw, preserved)
-    if job.sampling.grammar is None:
-        return job  # no grammar: the answer is free text whatever triggers
-    if not patterns and not tokens:
-        raise APIError("grammar_triggers: a lazy grammar needs at least one trigger")
-    return replace(job, sampling=replace(job.sampling, grammar_triggers=patterns, grammar_trigger_tokens=tokens))
+    patterns, tokens = triggers(model, req.grammar_triggers or [], preserved)
+    return LazyGrammar(preserved, req.grammar_lazy, patterns, tokens)
 
 
 def settings_fields(model: Vocabulary, job: GenerationRequest) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.types import GenerationRequest
 from llamaserve.errors import APIError
 from llamaserve.protocol.native import NativeCompletionRequest
-from llamaserve.serving.lazy_grammar import settings_fields, triggers, with_lazy_grammar
+from llamaserve.serving.lazy_grammar import lazy_grammar, settings_fields, triggers
 
 SPECIAL = {"<tool_call>": 900, "<|im_end|>": 901}
 
@@ -93,16 +93,16 @@ def test_a_bad_trigger_is_a_400_naming_it(entry: Any, named: str) -> None:
 def test_lazy_needs_a_trigger_and_strict_leaves_the_triggers_out() -> None:
     vocab = Vocab()
     with pytest.raises(APIError, match="grammar_triggers"):
-        with_lazy_grammar(vocab, request(grammar_lazy=True), job())
+        lazy_grammar(vocab, request(grammar_lazy=True)).apply(job())
     raw = [{"type": 2, "value": "go"}]
-    lazy = with_lazy_grammar(vocab, request(grammar_lazy=True, grammar_triggers=raw), job())
+    lazy = lazy_grammar(vocab, request(grammar_lazy=True, grammar_triggers=raw)).apply(job())
     assert lazy.sampling.grammar_triggers == ("go",)
-    strict = with_lazy_grammar(vocab, request(grammar_triggers=raw), job())
+    strict = lazy_grammar(vocab, request(grammar_triggers=raw)).apply(job())
     assert strict.sampling.grammar_triggers == ()
     assert strict.sampling.grammar == 'root ::= "x"'
     with pytest.raises(APIError, match="grammar_triggers"):  # checked even when unused
-        with_lazy_grammar(vocab, request(grammar_triggers=[{"type": 9}]), job())
-    free = with_lazy_grammar(vocab, request(grammar_lazy=True, grammar_triggers=raw), job(grammar=None))
+        lazy_grammar(vocab, request(grammar_triggers=[{"type": 9}])).apply(job())
+    free = lazy_grammar(vocab, request(grammar_lazy=True, grammar_triggers=raw)).apply(job(grammar=None))
     assert free.sampling.grammar is None and free.sampling.grammar_triggers == ()
 
 
@@ -110,7 +110,7 @@ def test_preserved_tokens_and_the_settings_report() -> None:
     vocab = Vocab()
     raw = [{"type": 1, "value": "<tool_call>"}, {"type": 2, "value": "go"}]
     req = request(grammar_lazy=True, grammar_triggers=raw, preserved_tokens=["<tool_call>", "two tokens"])
-    out = with_lazy_grammar(vocab, req, job())
+    out = lazy_grammar(vocab, req).apply(job())
     assert out.preserved_tokens == frozenset({900})  # several-token texts are skipped
     assert settings_fields(vocab, out) == {
         "grammar_lazy": True,
