@@ -268,6 +268,9 @@ class ServerConfig:
     # http(s) media URLs are fetched only when LLAMASERVE_REMOTE_MEDIA=1 (llama-server
     # fetches any URL it is sent; a server should not be a proxy for whoever can reach it).
     remote_media: bool = False
+    # LLAMASERVE_REMOTE_MEDIA=private: media URLs may also name loopback and private addresses
+    # (link-local and cloud metadata addresses stay refused).
+    remote_media_private: bool = False
     docker_repo: str | None = None
     # agent tools (experimental, as in llama-server): the built-in tools enabled ("all" or names),
     # where they run, MCP servers, the browser's MCP proxy, and (ours) a folder the host tools
@@ -278,6 +281,12 @@ class ServerConfig:
     mcp_servers_json: str | None = None
     ui_mcp_proxy: bool = False
     tools_root: str | None = None
+    # (ours) whether a request's x-tool-runtime header may choose where the tools run; off: the
+    # operator's --tools-runtime stands and the header is a 403
+    tools_runtime_header: bool = False
+    # (ours) names besides loopback ones and addresses that may be in the Host header of a
+    # request to a route that acts on the machine, when no API key is set (DNS rebinding)
+    allowed_hosts: tuple[str, ...] = ()
     # router mode (no model given): where the models come from and how many run at once
     models_dir: str | None = None
     models_preset: str | None = None

@@ -24,6 +24,7 @@ from llamaserve.api.routes_ops import ops_routes
 from llamaserve.api.routes_responses import responses_routes
 from llamaserve.api.routes_stream import stream_routes
 from llamaserve.api.routes_tools import tools_routes
+from llamaserve.api.site_guard import SiteGuardMiddleware, SitePolicy
 from llamaserve.api.sse import ClientGone
 from llamaserve.api.vertex import add_predict_route
 from llamaserve.errors import APIError
@@ -37,12 +38,14 @@ log = logging.getLogger("llamaserve.http")
 def _add_middleware(app: FastAPI, state: ServerState) -> None:
     """Outermost last: the access log sees every answer; CORS answers preflights before
     anything else and marks every answer (unprefixed 404s and 401s too, as llama-server);
-    the prefix is stripped before the key check guards everything else; and only
-    authorised tasks reach the idle tracking (and may wake a sleeping model)."""
+    the prefix is stripped before the site guard refuses what another site's page could
+    send to the routes that act on the machine, and before the key check guards everything
+    else; and only authorised tasks reach the idle tracking (and may wake a sleeping model)."""
     config = state.config
     if config.sleep_idle_seconds > 0:
         app.add_middleware(IdleMiddleware, sleeper=IdleSleeper(state, config.sleep_idle_seconds))
     app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
+    app.add_middleware(SiteGuardMiddleware, policy=SitePolicy.from_config(config))
     if config.api_prefix:
         app.add_middleware(PrefixMiddleware, prefix=config.api_prefix)
     app.add_middleware(CORSMiddleware, policy=CorsPolicy.from_config(config))

@@ -6,6 +6,13 @@ becomes `<name>: v`): the browser's cookies, our API key and any Authorization m
 stay here. The target must be an http(s) URL without credentials in it. The answer streams
 back with its status and headers (a 204 stays empty), so an MCP server's event stream works.
 Off, both methods answer 403 "this feature is disabled".
+
+What comes back is served from our own origin, so it must never act there: the target's
+cookies are dropped, and every answer carries a sandboxing Content-Security-Policy (a page
+opened on the proxy runs no script, in an opaque origin) and `nosniff`. The target may not
+resolve to a link-local or cloud metadata address (`llamaserve/outbound.py`), and the name
+is resolved once and connected to as checked. api/site_guard.py refuses the route to
+requests from other sites and to navigations before any of this runs.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from fastapi.responses import Response, StreamingResponse
 from llamaserve.api.http import read_body
 from llamaserve.api.routes_tools import disabled
 from llamaserve.errors import APIError
+from llamaserve.outbound import PROXY, AddressRefused, pinned_request_args, resolve_allowed
 
 PREFIX = "x-llama-server-proxy-header-"
 TIMEOUT_S = 600.0  # llama-server's read and write timeouts
@@ -27,7 +35,12 @@ TIMEOUT_S = 600.0  # llama-server's read and write timeouts
 _DROPPED = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "content-length"}
     | {"proxy-authenticate", "proxy-authorization"}
+    # The target's cookies would be set on our origin; its own policy is replaced by ours.
+    | {"set-cookie", "set-cookie2", "content-security-policy", "x-content-type-options"}
 )
+# Whatever the target sends, it runs nothing on our origin: no script, no plugin, no form,
+# an opaque origin of its own.
+_CONFINE = {"content-security-policy": "sandbox; default-src 'none'", "x-content-type-options": "nosniff"}
 
 
 def _target(request: Request) -> str:
@@ -62,16 +75,22 @@ def cors_proxy_routes(enabled: bool) -> APIRouter:
         if not enabled:
             return disabled()
         url = _target(request)
+        try:
+            address = await resolve_allowed(url, PROXY)
+        except AddressRefused as exc:
+            raise APIError(f"the proxy refuses this target: {exc}", "permission_error") from None
+        target, host, extensions = pinned_request_args(url, address)
         body = await read_body(request) if request.method == "POST" else b""
         client = httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False, trust_env=False)
         try:
-            upstream = await client.send(
-                client.build_request(request.method, url, headers=_forwarded(request), content=body), stream=True
+            outgoing = client.build_request(
+                request.method, target, headers={**_forwarded(request), **host}, content=body, extensions=extensions
             )
+            upstream = await client.send(outgoing, stream=True)
         except httpx.HTTPError as exc:
             await client.aclose()
             raise APIError(f"proxy request failed: {exc}", "server_error", status=502) from exc
-        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _DROPPED}
+        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _DROPPED} | _CONFINE
 
         async def relay() -> AsyncIterator[bytes]:
             try:

@@ -2,7 +2,9 @@
 
 Both answer 403 "this feature is disabled" unless turned on (--tools / MCP servers,
 --ui-mcp-proxy), as llama-server does. POST /tools takes `{tool, params, stream}`; the
-x-tool-cwd, x-tool-runtime and x-resp-type headers set what the model cannot.
+x-tool-cwd, x-tool-runtime and x-resp-type headers set what the model cannot; x-tool-runtime
+only where the operator allows it (--tools-runtime-header). api/site_guard.py refuses both
+routes to what a page of another site could send.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from llamaserve.tools.fileio import RuntimeRefused
 from llamaserve.tools.mcp_client import McpManager
 from llamaserve.tools.mcp_config import load_servers
 from llamaserve.tools.proc import StreamSink
-from llamaserve.tools.registry import Toolbox, UnknownTool, builtin_selection, make_runtime
+from llamaserve.tools.registry import HeaderRefused, Toolbox, UnknownTool, builtin_selection, make_runtime
 
 
 def toolbox_from_config(config: ServerConfig) -> Toolbox | None:
@@ -36,7 +38,7 @@ def toolbox_from_config(config: ServerConfig) -> Toolbox | None:
     servers = load_servers(config.mcp_servers_config, config.mcp_servers_json)
     runtime = make_runtime(config.tools_runtime) if config.tools_runtime else None
     mcp = McpManager(servers) if servers else None
-    return Toolbox(builtin_selection(config.tools), config.tools_root, runtime, mcp)
+    return Toolbox(builtin_selection(config.tools), config.tools_root, runtime, mcp, config.tools_runtime_header)
 
 
 def disabled() -> Response:
@@ -85,6 +87,8 @@ def tools_routes(toolbox: Toolbox | None) -> APIRouter:
             raise APIError(str(exc)) from exc
         except RuntimeRefused as exc:
             raise APIError(str(exc), "server_error", status=500) from exc
+        except HeaderRefused as exc:
+            raise APIError(str(exc), "permission_error") from exc
         return JSONUTF8Response(result)
 
     return router

@@ -223,7 +223,7 @@ def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
         values["load.rpc_servers"] = _csv(values["load.rpc_servers"])
     if "upstreams" in values:
         values["upstreams"] = tuple(u.rstrip("/") for u in _csv(values["upstreams"]))
-    for name in ("cors_origins", "cors_methods", "cors_headers", "alias", "tags"):
+    for name in ("cors_origins", "cors_methods", "cors_headers", "alias", "tags", "allowed_hosts"):
         if name in values:
             values[name] = _csv(values[name])
     if "alias" in values:
@@ -251,7 +251,9 @@ def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
     if values.get("verbose"):
         values["log_verbosity"] = 99
     values.update(_vertex_ai(environ))
-    values["remote_media"] = environ.get("LLAMASERVE_REMOTE_MEDIA", "") in ("1", "true")
+    remote_media = environ.get("LLAMASERVE_REMOTE_MEDIA", "")
+    values["remote_media"] = remote_media in ("1", "true", "private")
+    values["remote_media_private"] = remote_media == "private"
     values = _nest(values)
     config = ServerConfig(**values, api_keys=keys, sampling=sampling, hardware_flags=tuple(hardware_flags(parsed)))
     config.validate()  # every other flag first: a typo should not wait for a download

@@ -1,4 +1,4 @@
-"""llama-server's server-specific params (speculative decoding and presets apart), then our own three."""
+"""llama-server's server-specific params (speculative decoding and presets apart), then our own."""
 
 from __future__ import annotations
 
@@ -744,6 +744,25 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
         env="LLAMA_ARG_MAX_QUEUE_TOKENS",
         group=SERVER,
         help="most prompt tokens waiting for slots; past it a request gets 429 with Retry-After (-1: no limit)",
+    ),
+    row(
+        "--allowed-hosts",
+        "allowed_hosts",
+        metavar="HOST1,HOST2,...",
+        env="LLAMA_ARG_ALLOWED_HOSTS",
+        group=SERVER,
+        help="without an API key, the routes that act on the machine (/tools, /cors-proxy, slot files, LoRA, "
+        "models) answer only requests whose Host is a loopback name, an IP address or one of these names "
+        "(DNS rebinding); '*' allows any",
+    ),
+    row(
+        "--tools-runtime-header",
+        "tools_runtime_header",
+        "flag",
+        env="LLAMA_ARG_TOOLS_RUNTIME_HEADER",
+        group=SERVER,
+        help="let a request's x-tool-runtime header choose where the agent tools run (default: it is refused "
+        "and --tools-runtime stands)",
     ),
     row(
         "--max-itl-ms",

@@ -20,6 +20,9 @@ log = logging.getLogger("llamaserve.slots")
 
 MANIFEST = "llamaserve-persist.json"
 FORBIDDEN_NAMES = {".", ".."}
+# The files --cache-persist owns (the manifest, its temporary, one file per slot): a slot
+# action may neither overwrite nor read them under a client's name.
+RESERVED_PREFIX = "llamaserve-persist"
 
 
 class SlotFileError(ValueError):
@@ -27,6 +30,14 @@ class SlotFileError(ValueError):
 
 
 def validate_filename(name: object) -> str:
+    """A client's file name: a plain one (`plain_filename`) that is not one of the server's own."""
+    plain = plain_filename(name)
+    if plain.lower().startswith(RESERVED_PREFIX):
+        raise SlotFileError(f"'filename' may not start with {RESERVED_PREFIX}: the server keeps its own files so named")
+    return plain
+
+
+def plain_filename(name: object) -> str:
     """A bare file name inside --slot-save-path: no directories, no traversal, no control bytes."""
     if not isinstance(name, str) or not name:
         raise SlotFileError("'filename' must be a non-empty string")
@@ -148,7 +159,7 @@ class SlotFiles:
         loaded = 0
         for key, item in (manifest.get("slots") or {}).items():
             try:
-                slot_id, name = int(key), validate_filename(item["file"])
+                slot_id, name = int(key), plain_filename(item["file"])
             except (KeyError, TypeError, ValueError):
                 continue
             if 0 <= slot_id < len(self.scheduler.slots) and os.path.isfile(os.path.join(self.directory, name)):

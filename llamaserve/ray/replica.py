@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from llamaserve.errors import APIError
-from llamaserve.router.proxy import forwardable_headers
+from llamaserve.router.proxy import transparent_headers
 from llamaserve.sse import data_event, named_event
 
 CHILD_HOST = "127.0.0.1"
@@ -105,7 +105,7 @@ class Engine:
         self, method: str, path: str, query: str, headers: list[tuple[str, str]], body: bytes
     ) -> AsyncIterator[Any]:
         url = self.base_url + path + (f"?{query}" if query else "")
-        request = self.client.build_request(method, url, headers=forwardable_headers(headers), content=body)
+        request = self.client.build_request(method, url, headers=transparent_headers(headers), content=body)
         upstream = await self.client.send(request, stream=True)
         try:
             kept = [

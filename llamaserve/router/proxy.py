@@ -43,9 +43,28 @@ _DROP_REQUEST = {
 _DROP_RESPONSE = {"server", "date", "transfer-encoding", "content-length", "keep-alive", "connection"}
 
 
+# The browser's word on where a request comes from: the edge (router, front) judged it against
+# its own origin already, and the server behind, reached at another address, would judge it
+# against that one and refuse the web UI's own requests.
+_DROP_SITE = {"origin"}
+_DROP_SITE_PREFIX = "sec-fetch-"
+
+
+def _forwardable(name: str) -> bool:
+    low = name.lower()
+    return low not in _DROP_REQUEST and low not in _DROP_SITE and not low.startswith(_DROP_SITE_PREFIX)
+
+
 def forwardable_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The client's headers less those that describe its own connection (hop-by-hop, length)."""
-    return [(k, v) for k, v in headers if k.lower() not in _DROP_REQUEST]
+    """The client's headers less those that describe its own connection (hop-by-hop, length)
+    and those that say which site sent it."""
+    return [(k, v) for k, v in headers if _forwardable(k)]
+
+
+def transparent_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """For a server with no edge of ours in front (a Ray replica's child): the client's `Host`
+    and site headers travel, so it judges the request as the browser sent it."""
+    return [(k, v) for k, v in headers if k.lower() == "host" or k.lower() not in _DROP_REQUEST]
 
 
 def request_headers(headers: Iterable[tuple[str, str]], host: str, length: int) -> list[tuple[bytes, bytes]]:

@@ -5,7 +5,10 @@ URI (image/, audio/ or video/ with base64), raw base64, ``file://`` under
 ``--media-path`` only, and ``http(s)://``. Unlike llama-server, remote URLs are
 refused unless the operator allows them (``LLAMASERVE_REMOTE_MEDIA=1``): fetching any
 URL a client names turns the server into a proxy into its own network. When allowed, a
-fetch has a size cap, a timeout and follows at most a few redirects, each to http(s).
+fetch has a size cap, a timeout and follows at most a few redirects, each to http(s), and
+every hop's host must resolve to public addresses only (``llamaserve/outbound.py``):
+loopback and private ones only with ``LLAMASERVE_REMOTE_MEDIA=private``, link-local and
+cloud metadata addresses never.
 
 Every failure is a 400 naming the content part (``messages.0.content.1: ...``).
 """
@@ -24,6 +27,14 @@ import httpx
 
 from llamaserve.engine.backend import MediaError
 from llamaserve.errors import APIError
+from llamaserve.outbound import (
+    MEDIA_PUBLIC_ONLY,
+    MEDIA_WITH_PRIVATE,
+    AddressRefused,
+    Reach,
+    pinned_request_args,
+    resolve_allowed,
+)
 from llamaserve.serving.runtime import ModelRuntime
 
 MAX_MEDIA_BYTES = 10 * 1024 * 1024  # llama-server's download cap, here for every source
@@ -130,27 +141,40 @@ def _local_file(url: str, media_path: str | None, where: str) -> bytes:
         raise APIError(f"{where}: file does not exist or cannot be opened: {rel}") from None
 
 
-async def _fetch(url: str, where: str) -> bytes:
-    async with httpx.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False) as client:
+async def _fetch(url: str, where: str, reach: Reach = MEDIA_PUBLIC_ONLY) -> bytes:
+    async with httpx.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False, trust_env=False) as client:
         for _ in range(MAX_REDIRECTS + 1):
             if urlparse(url).scheme not in ("http", "https"):
                 raise APIError(f"{where}: the media URL redirects to a scheme other than http(s)")
             try:
-                async with client.stream("GET", url) as res:
+                address = await resolve_allowed(url, reach)
+            except AddressRefused as exc:
+                raise APIError(f"{where}: the media URL is refused: {exc}") from None
+            target, headers, extensions = pinned_request_args(url, address)
+            try:
+                request = client.build_request("GET", target, headers=headers, extensions=extensions)
+                res = await client.send(request, stream=True)
+                try:
                     if res.is_redirect and "location" in res.headers:
                         url = urljoin(url, res.headers["location"])
                         continue
-                    if not 200 <= res.status_code < 300:
-                        raise APIError(f"{where}: failed to download the media (HTTP {res.status_code})")
-                    body = bytearray()
-                    async for piece in res.aiter_bytes():
-                        body += piece
-                        if len(body) > MAX_MEDIA_BYTES:
-                            raise APIError(f"{where}: the media is larger than {MAX_MEDIA_BYTES} bytes")
-                    return bytes(body)
+                    return await _read_body(res, where)
+                finally:
+                    await res.aclose()
             except httpx.HTTPError as exc:
                 raise APIError(f"{where}: failed to download the media ({type(exc).__name__})") from None
     raise APIError(f"{where}: too many redirects fetching the media")
+
+
+async def _read_body(res: httpx.Response, where: str) -> bytes:
+    if not 200 <= res.status_code < 300:
+        raise APIError(f"{where}: failed to download the media (HTTP {res.status_code})")
+    body = bytearray()
+    async for piece in res.aiter_bytes():
+        body += piece
+        if len(body) > MAX_MEDIA_BYTES:
+            raise APIError(f"{where}: the media is larger than {MAX_MEDIA_BYTES} bytes")
+    return bytes(body)
 
 
 def _check_audio_format(data: bytes, ref: MediaRef) -> None:
@@ -172,7 +196,8 @@ async def load(rt: ModelRuntime, ref: MediaRef) -> bytes:
                 f"{ref.where}: remote media URLs are refused by this server; send the media as a "
                 "base64 data URI (the operator may allow fetching with LLAMASERVE_REMOTE_MEDIA=1)"
             )
-        data = await _fetch(url, ref.where)
+        reach = MEDIA_WITH_PRIVATE if rt.config.remote_media_private else MEDIA_PUBLIC_ONLY
+        data = await _fetch(url, ref.where, reach)
     elif url.startswith("file://"):
         data = await asyncio.to_thread(_local_file, url, rt.config.media_path, ref.where)
     else:

@@ -20,6 +20,10 @@ class UnknownTool(Exception):
     """No such tool, or one that cannot stream: a 404, as llama-server."""
 
 
+class HeaderRefused(Exception):
+    """A request header that would override the operator's choice (where tools run): a 403."""
+
+
 @dataclass
 class Runtime:
     """--tools-runtime: a fixed target (validated at start) or a container the server owns."""
@@ -54,10 +58,12 @@ class Toolbox:
         root: str | None = None,
         runtime: Runtime | None = None,
         mcp: McpManager | None = None,
+        runtime_header: bool = False,
     ) -> None:
         self.tools = tools
         self.root = root
         self.runtime = runtime or Runtime()
+        self.runtime_header = runtime_header  # --tools-runtime-header: x-tool-runtime may choose
         self.mcp = mcp
 
     async def start(self) -> None:
@@ -97,7 +103,7 @@ class Toolbox:
         params = {k: v for k, v in params.items() if k not in _HEADER_PARAMS}
         if tool.kind == "server":
             check_object(tool.definition()["function"]["parameters"], params)
-        runtime = headers.get("x-tool-runtime", "") or self.runtime.spec()
+        runtime = self._runtime(headers.get("x-tool-runtime", ""))
         return Call(
             params,
             cwd=headers.get("x-tool-cwd", ""),
@@ -105,6 +111,21 @@ class Toolbox:
             resp_type=headers.get("x-resp-type", ""),
             root=self.root,
         )
+
+    def _runtime(self, asked: str) -> str:
+        """Where the call runs: the operator's runtime, or the header's where the operator let
+        requests choose. A malformed header is RuntimeRefused either way (llama-server's 500),
+        so a bad value is named before the permission question."""
+        ours = self.runtime.spec()
+        if not asked or asked == ours:
+            return ours
+        make_io("", asked, None)
+        if not self.runtime_header:
+            raise HeaderRefused(
+                "x-tool-runtime: this server's tools run where its operator said (--tools-runtime); "
+                "start it with --tools-runtime-header to let requests choose"
+            )
+        return asked
 
     async def invoke(self, tool: Tool, call: Call, sink: ChunkSink | None = None) -> JSON:
         try:

@@ -269,6 +269,23 @@ def test_slot_file_names_are_validated(name: object) -> None:
         validate_filename(name)
 
 
+def test_a_slot_action_cannot_name_the_files_cache_persist_owns(tmp_path: Path) -> None:
+    s, _ = make(n_slots=2, n_batch=64)
+    submit(s, list(range(10, 30)), n_predict=2)
+    run_until_idle(s)
+    files = SlotFiles(s, str(tmp_path), {"file": "m"})
+    assert files.persist_all() == 1
+    manifest = (tmp_path / "llamaserve-persist.json").read_bytes()
+    for name in ("llamaserve-persist.json", "llamaserve-persist.json.tmp", "LLAMASERVE-PERSIST-slot0.bin"):
+        with pytest.raises(SlotFileError, match="the server keeps its own files"):
+            files.save(1, name)
+        with pytest.raises(SlotFileError, match="the server keeps its own files"):
+            files.restore(1, name)
+    assert (tmp_path / "llamaserve-persist.json").read_bytes() == manifest
+    fresh, _ = make(n_slots=2, n_batch=64)
+    assert SlotFiles(fresh, str(tmp_path), {"file": "m"}).load_all() == 1  # the server still reads its own
+
+
 def test_save_erase_restore_round_trip(tmp_path: Path) -> None:
     s, runner = make(n_batch=64)
     files = SlotFiles(s, str(tmp_path), {"file": "m"})

@@ -24,6 +24,8 @@ PACKAGE = ROOT / "llamaserve"
 ALLOWED: dict[str, set[str]] = {
     # jsondepth is a leaf (it imports nothing of ours) that bounds request nesting everywhere.
     "jsondepth": set(),
+    # outbound decides which addresses a client-named URL may reach (media, the MCP proxy): a leaf.
+    "outbound": set(),
     "chat": {"jsondepth"},
     "protocol": set(),
     "errors": set(),
@@ -36,8 +38,8 @@ ALLOWED: dict[str, set[str]] = {
     "llama": {"engine.types", "engine.sampling", "engine.runner", "engine.backend"},
     "config": {"engine.sampling", "engine.spec_params"},
     "hub": {"config"},
-    "serving": {"engine", "chat", "protocol", "errors", "sse", "config", "jsondepth"},
-    "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools"},
+    "serving": {"engine", "chat", "protocol", "errors", "sse", "config", "jsondepth", "outbound"},
+    "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools", "outbound"},
     "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale"},
     # Router mode speaks HTTP to child processes of our own server and never imports the engine:
     # it reads the flag table (presets), the hub's cache listing, and shares the API's
@@ -51,6 +53,7 @@ ALLOWED: dict[str, set[str]] = {
         "cli.opt",
         "api.middleware",
         "api.cors",
+        "api.site_guard",
         "api.listen",
         "api.logs",
         "api.event_loop",
