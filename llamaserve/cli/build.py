@@ -173,8 +173,9 @@ def _agent(parsed: Parsed, values: dict[str, Any], environ: dict[str, str]) -> N
 
     `--agent` is `--tools all --ui-mcp-proxy` (`--no-agent` clears both); like llama-server the
     flags apply in the order given, so the later of `--tools` and `--agent` wins. With built-in
-    tools, MCP servers or the proxy on, a page on another site could drive the machine through
-    the browser, so `--cors-origins` defaults to `localhost`; an explicit one wins."""
+    tools, MCP servers or the proxy on, `--cors-origins` defaults to `localhost` (an explicit one
+    wins), as llama-server: that only keeps other sites' pages from reading the answers. What
+    keeps them from running a tool is api/site_guard.py, which refuses their requests."""
     agent = values.pop("agent", None)
     if agent is not None:
         order = [g.opt.dest for g in parsed.given if g.opt.dest in ("tools", "agent", "ui_mcp_proxy")]
