@@ -299,6 +299,32 @@ def test_runtime_header_refusals(tools_server: RunningServer, runtime: str, mess
     assert message in res.json()["error"]["message"]
 
 
+def test_a_well_formed_runtime_header_cannot_override_the_operator(tools_server: RunningServer) -> None:
+    res = post(tools_server, "exec_shell_command", {"command": "echo hi"}, {"x-tool-runtime": "ssh:build-host"})
+    assert res.status_code == 403, res.text
+    assert res.json()["error"]["message"].startswith("x-tool-runtime: ")
+
+
+@pytest.mark.parametrize(
+    "browser",
+    [
+        {"Content-Type": "text/plain;charset=UTF-8"},
+        {"Content-Type": "application/x-www-form-urlencoded"},
+        {"Origin": "http://localhost:3000", "Sec-Fetch-Site": "same-site"},
+        {"Origin": "http://localhost:3000"},
+    ],
+)
+def test_what_another_sites_page_could_send_never_runs(
+    tools_server: RunningServer, root: Path, browser: dict[str, str]
+) -> None:
+    marker = root / "cross-site-marker"
+    body = json.dumps({"tool": "exec_shell_command", "params": {"command": f"touch {marker}"}})
+    headers = {**AUTH, "Content-Type": "application/json", **browser}
+    res = httpx.post(f"{tools_server.url}/tools", content=body, headers=headers, timeout=60)
+    assert res.status_code == 403 and res.json()["error"]["type"] == "permission_error", res.text
+    assert not marker.exists()
+
+
 def test_nothing_under_tools_answers_without_the_key(tools_server: RunningServer) -> None:
     for method, body in (("GET", None), ("POST", {"tool": "get_info", "params": {}})):
         for headers in ({}, {"Authorization": "Bearer wrong"}):

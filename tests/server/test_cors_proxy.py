@@ -1,5 +1,7 @@
 """--ui-mcp-proxy: /cors-proxy relays to an http(s) target, passing on only the headers named
-with the x-llama-server-proxy-header- prefix, with the target's status, headers and body."""
+with the x-llama-server-proxy-header- prefix, with the target's status, headers and body, less
+its cookies and under a sandboxing Content-Security-Policy; link-local and metadata targets
+are refused, and so are navigations and other sites' requests (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ class Target(BaseHTTPRequestHandler):
         self.send_response(201)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Mcp-Session-Id", "s-42")
+        self.send_header("Set-Cookie", "target-session=1; Path=/")
         self.end_headers()
         self.wfile.write(b"got " + body)
 
@@ -73,6 +76,10 @@ def test_relays_status_headers_body_and_only_the_named_headers(proxy_server: Run
     )
     assert res.status_code == 201 and res.text == "got ping"
     assert res.headers["mcp-session-id"] == "s-42"
+    # What it serves runs nothing on our origin and sets no cookie there.
+    assert "set-cookie" not in res.headers
+    assert res.headers["content-security-policy"] == "sandbox; default-src 'none'"
+    assert res.headers["x-content-type-options"] == "nosniff"
     seen = Target.seen[-1]
     assert seen["path"] == "/mcp" and seen["body"] == b"ping"
     assert seen["headers"]["authorization"] == "Bearer for-the-target"
@@ -109,3 +116,34 @@ def test_without_the_flag_proxy_and_tools_are_403(server: RunningServer) -> None
     for path in ("/cors-proxy?url=http://127.0.0.1/", "/tools"):
         res = httpx.get(f"{server.url}{path}")
         assert res.status_code == 403 and res.json()["error"]["message"] == "this feature is disabled"
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a cloud metadata address"),
+        ("http://169.254.1.1/", "a link-local address"),
+        ("http://[fe80::1]/", "a link-local address"),
+        ("http://100.100.100.200/", "a cloud metadata address"),
+    ],
+)
+def test_never_reaches_link_local_or_metadata_addresses(proxy_server: RunningServer, url: str, needle: str) -> None:
+    res = httpx.get(f"{proxy_server.url}/cors-proxy", params={"url": url}, headers=AUTH)
+    assert res.status_code == 403 and needle in res.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "browser",
+    [
+        {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"},
+        {"Sec-Fetch-Site": "none", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"},
+        {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe"},
+    ],
+)
+def test_a_window_or_frame_opened_on_the_proxy_is_refused(
+    proxy_server: RunningServer, target: str, browser: dict[str, str]
+) -> None:
+    res = httpx.get(f"{proxy_server.url}/cors-proxy", params={"url": target}, headers={**AUTH, **browser})
+    assert res.status_code == 403 and res.json()["error"]["type"] == "permission_error"
+    fetched = {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}
+    assert httpx.get(f"{proxy_server.url}/cors-proxy", params={"url": target}, headers={**AUTH, **fetched}).is_success
