@@ -152,6 +152,26 @@ def test_unknown_or_missing_model_is_a_400_naming_it(router: RunningServer) -> N
     assert load.status_code == 404 and load.json()["error"]["message"] == "model is not found"
 
 
+def test_the_router_refuses_what_another_sites_page_could_send(router: RunningServer) -> None:
+    """The site guard stands at the router's edge (docs/security.md): a text/plain load, a
+    foreign origin and a rebound Host never load a model; the web UI's own request, judged
+    at the edge, is not refused again by the child behind it."""
+    body = json.dumps({"model": CODER})
+    foreign = [
+        {"Content-Type": "text/plain"},
+        {"Content-Type": "application/json", "Origin": "http://localhost:3000", "Sec-Fetch-Site": "same-site"},
+        {"Content-Type": "application/json", "Host": "rebound.example"},
+    ]
+    for headers in foreign:
+        res = httpx.post(f"{router.url}/models/load", content=body, headers=headers, timeout=10)
+        assert res.status_code == 403 and res.json()["error"]["type"] == "permission_error", res.text
+    _loaded(router.url, SMOL)
+    own = {"Origin": router.url, "Sec-Fetch-Site": "same-origin"}
+    res = httpx.post(f"{router.url}/slots/0?action=erase&model={SMOL}", json={"model": SMOL}, headers=own, timeout=30)
+    # The child answers for itself: it has no --slot-save-path here.
+    assert res.status_code == 501 and "--slot-save-path" in res.json()["error"]["message"], res.text
+
+
 def test_the_other_api_families_go_through_the_router(router: RunningServer) -> None:
     _loaded(router.url, SMOL)
     msg = {"model": SMOL, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
