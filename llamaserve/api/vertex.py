@@ -23,6 +23,7 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
 from llamaserve.api.http import JSONUTF8Response, parse_json, read_body
+from llamaserve.api.site_guard import is_guarded
 from llamaserve.errors import APIError
 
 MAX_INSTANCES = 128  # llama-server's bound
@@ -49,13 +50,17 @@ def route_alias(path: str) -> str:
 def _targets(routers: list[APIRouter]) -> dict[str, tuple[str, str]]:
     """Every plain route by alias and by path → (path, method); the first registered wins.
 
-    Routes with a path parameter are left out: an instance has nowhere to put it."""
+    Routes with a path parameter are left out: an instance has nowhere to put it. So are the
+    routes that act on the machine: a sub-request is sent as JSON whatever the outer request
+    was, which would step around the site guard's Content-Type rule."""
     out: dict[str, tuple[str, str]] = {}
     for route in (r for router in routers for r in router.routes):
         if not isinstance(route, APIRoute) or "{" in route.path:
             continue
         methods = route.methods or {"POST"}
         method = "POST" if "POST" in methods else sorted(methods)[0]
+        if is_guarded(method, route.path):
+            continue
         out.setdefault(route_alias(route.path), (route.path, method))
         out.setdefault(route.path, (route.path, method))
     return out

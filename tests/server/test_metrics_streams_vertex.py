@@ -78,10 +78,13 @@ def test_vertex_predict_runs_each_instance(srv: RunningServer) -> None:
         {"@requestFormat": "/tokenize", "content": "hello world"},
         {"@requestFormat": "noSuchRoute"},
         "not an object",
+        # The routes that act on the machine are not predict targets (docs/security.md).
+        {"@requestFormat": "/tools"},
     ]
     r = httpx.post(f"{srv.url}/predict", json={"instances": instances}, timeout=120)
     assert r.status_code == 200
-    chat, tokens, unknown, bad = r.json()["predictions"]
+    chat, tokens, unknown, bad, tools = r.json()["predictions"]
+    assert "no handler registered for @requestFormat: /tools" in tools["error"]["message"]
     assert chat["choices"][0]["message"]["role"] == "assistant"
     assert chat["choices"][0]["message"]["content"]
     assert len(tokens["tokens"]) >= 2
