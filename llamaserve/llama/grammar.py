@@ -16,7 +16,7 @@ def grammar_sampler(
 
     llama.cpp compiles each pattern with std::regex and does not catch what that throws:
     a pattern it rejects ends the process. Only patterns we built, or that passed
-    `chat.schema_regex.trigger_pattern_problem`, may come here."""
+    `grammar.patterns.trigger_pattern_problem`, may come here."""
     if triggers or trigger_tokens:
         patterns = [t.encode() for t in triggers]
         arr = (ctypes.c_char_p * len(patterns))(*patterns)

@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from llamaserve.chat.schema_regex import trigger_pattern_problem
 from llamaserve.engine.backend import Vocabulary
 from llamaserve.engine.types import GenerationRequest
 from llamaserve.errors import APIError
+from llamaserve.grammar.patterns import trigger_pattern_problem
 from llamaserve.protocol.common import LazyGrammarFields
 
 # llama.cpp's common_grammar_trigger_type.

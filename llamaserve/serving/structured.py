@@ -11,11 +11,11 @@ import asyncio
 import json
 from typing import Any
 
-from llamaserve.chat.json_schema import SchemaError, json_grammar, schema_to_grammar
 from llamaserve.config import ConfigError
 from llamaserve.engine.backend import Vocabulary
 from llamaserve.engine.sampling import GrammarError
 from llamaserve.errors import APIError
+from llamaserve.grammar.json_schema import SchemaError, json_grammar, schema_to_grammar
 
 MAX_GRAMMAR_CHARS = 1_000_000
 

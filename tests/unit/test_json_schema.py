@@ -20,7 +20,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from llamaserve.chat.json_schema import (
+from llamaserve.grammar.json_schema import (
     JSON_OBJECT_GRAMMAR,
     SchemaError,
     json_grammar,

@@ -26,7 +26,9 @@ ALLOWED: dict[str, set[str]] = {
     "jsondepth": set(),
     # outbound decides which addresses a client-named URL may reach (media, the MCP proxy): a leaf.
     "outbound": set(),
-    "chat": {"jsondepth"},
+    # grammar/ (JSON Schema → GBNF, patterns) is the ground floor of constrained decoding.
+    "grammar": set(),
+    "chat": {"jsondepth", "grammar"},
     "protocol": set(),
     "errors": set(),
     "sse": set(),
@@ -38,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
     "llama": {"engine.types", "engine.sampling", "engine.runner", "engine.backend"},
     "config": {"engine.sampling", "engine.spec_params"},
     "hub": {"config"},
-    "serving": {"engine", "chat", "protocol", "errors", "sse", "config", "jsondepth", "outbound"},
+    "serving": {"engine", "chat", "grammar", "protocol", "errors", "sse", "config", "jsondepth", "outbound"},
     "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools", "outbound"},
     "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale"},
     # Router mode speaks HTTP to child processes of our own server and never imports the engine:

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from llamaserve.chat.schema_regex import trigger_pattern_problem
 from llamaserve.config import embedded_default_model
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.types import GenerationRequest
 from llamaserve.errors import APIError
+from llamaserve.grammar.patterns import trigger_pattern_problem
 from llamaserve.protocol.native import NativeCompletionRequest
 from llamaserve.serving.lazy_grammar import lazy_grammar, settings_fields, triggers
 

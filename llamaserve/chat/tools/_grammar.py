@@ -1,7 +1,7 @@
 """GBNF building blocks for tool-call grammars.
 
 Several tools' argument schemas go into one grammar: each schema is converted by
-:func:`llamaserve.chat.json_schema.schema_to_grammar` and its rules are renamed with a per-tool
+:func:`llamaserve.grammar.json_schema.schema_to_grammar` and its rules are renamed with a per-tool
 prefix (:func:`prefix_rules`), so ``root``/``ws``/``string``... of different tools do not collide.
 
 A schema the converter rejects (``SchemaError``) -- or any other conversion failure -- does not
@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from llamaserve.chat.json_schema import JSON_OBJECT_GRAMMAR, schema_to_grammar
+from llamaserve.grammar.json_schema import JSON_OBJECT_GRAMMAR, schema_to_grammar
 
 _RULE_LINE = re.compile(r"^([a-zA-Z0-9-]+) ::= ")
 

@@ -84,13 +84,13 @@ Whitespace: one optional whitespace slot after every token, ``| " " | "\\n"{1,2}
 (llama.cpp's rule), so the model may pretty-print but can never loop on whitespace.
 
 The converter (the ``_Converter`` walk over the schema, composition, enum/const and the public
-API) is here. Its parts: ``schema_scalars`` (strings, integers, numbers), ``schema_containers``
-(objects, arrays), ``gbnf_rules`` (rule names, the size and time budget, repetition counts),
-``schema_read`` (local ``$ref`` targets, each schema object in one canonical form),
-``schema_common`` (errors, limits, reading keyword values), ``schema_keywords`` (which keywords
-are enforced or ignored), ``schema_allof`` (merging allOf), ``schema_instances`` (whether a value
-satisfies a schema, for enum/const), ``gbnf_text`` (GBNF text and the shared JSON rules),
-``schema_regex`` (``pattern`` and ``format``) and ``schema_numbers`` (numeric ranges). Together
+API) is here. Its parts: ``scalars`` (strings, integers, numbers), ``containers``
+(objects, arrays), ``rulebook`` (rule names, the size and time budget, repetition counts),
+``canonical`` (local ``$ref`` targets, each schema object in one canonical form),
+``common`` (errors, limits, reading keyword values), ``keywords`` (which keywords
+are enforced or ignored), ``allof`` (merging allOf), ``instances`` (whether a value
+satisfies a schema, for enum/const), ``gbnf`` (GBNF text and the shared JSON rules),
+``patterns`` (``pattern`` and ``format``) and ``ranges`` (numeric ranges). Together
 they import nothing else from llamaserve and nothing outside the standard library.
 """
 
@@ -100,15 +100,15 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
 
-from llamaserve.chat.gbnf_text import _json_value_gbnf
-from llamaserve.chat.schema_allof import AllOfMerger
-from llamaserve.chat.schema_common import _MAX_DEPTH, SchemaError, _decimal, _err, _ptr, _unsat, _Unsatisfiable
-from llamaserve.chat.schema_containers import ContainerRules
-from llamaserve.chat.schema_instances import InstanceChecker, json_eq
-from llamaserve.chat.schema_keywords import _FAMILIES
-from llamaserve.chat.schema_read import LocalRefs, normalize_schema
-from llamaserve.chat.schema_regex import _FORMATS
-from llamaserve.chat.schema_scalars import ScalarRules
+from llamaserve.grammar.allof import AllOfMerger
+from llamaserve.grammar.canonical import LocalRefs, normalize_schema
+from llamaserve.grammar.common import _MAX_DEPTH, SchemaError, _decimal, _err, _ptr, _unsat, _Unsatisfiable
+from llamaserve.grammar.containers import ContainerRules
+from llamaserve.grammar.gbnf import _json_value_gbnf
+from llamaserve.grammar.instances import InstanceChecker, json_eq
+from llamaserve.grammar.keywords import _FAMILIES
+from llamaserve.grammar.patterns import _FORMATS
+from llamaserve.grammar.scalars import ScalarRules
 
 __all__ = [
     "JSON_OBJECT_GRAMMAR",

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 import time
 
-from llamaserve.chat.gbnf_text import _BUILTINS, _RULE_NAME_RE, _is_symbol, _llama_cost, _rep_suffix, _seq, _strip_group
-from llamaserve.chat.schema_common import _DIRECT_REPEAT, _err
+from llamaserve.grammar.common import _DIRECT_REPEAT, _err
+from llamaserve.grammar.gbnf import _BUILTINS, _RULE_NAME_RE, _is_symbol, _llama_cost, _rep_suffix, _seq, _strip_group
 
 
 class RuleBook:

@@ -8,10 +8,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from llamaserve.chat.schema_common import _MAX_DEPTH, _decimal, _err, _ptr, _unsat
-from llamaserve.chat.schema_instances import Normalize, Resolve, json_eq
-from llamaserve.chat.schema_keywords import _MAX_KEYWORDS, _MIN_KEYWORDS, _TYPES, _and
-from llamaserve.chat.schema_regex import _FORMATS
+from llamaserve.grammar.common import _MAX_DEPTH, _decimal, _err, _ptr, _unsat
+from llamaserve.grammar.instances import Normalize, Resolve, json_eq
+from llamaserve.grammar.keywords import _MAX_KEYWORDS, _MIN_KEYWORDS, _TYPES, _and
+from llamaserve.grammar.patterns import _FORMATS
 
 
 class AllOfMerger:

@@ -8,8 +8,8 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from llamaserve.chat.schema_common import _err, _ptr, _unsat
-from llamaserve.chat.schema_keywords import _SUPPORTED, _TYPES, _trivial
+from llamaserve.grammar.common import _err, _ptr, _unsat
+from llamaserve.grammar.keywords import _SUPPORTED, _TYPES, _trivial
 
 
 class LocalRefs:

@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from llamaserve.chat.gbnf_text import _MAX_CP, Intervals, _iv, _iv_complement, _iv_intersect
-from llamaserve.chat.schema_common import _MAX_DEPTH, SchemaError, _err
+from llamaserve.grammar.common import _MAX_DEPTH, SchemaError, _err
+from llamaserve.grammar.gbnf import _MAX_CP, Intervals, _iv, _iv_complement, _iv_intersect
 
 # --------------------------------------------------------------------------------------------
 # Regular expressions (the ECMA-262 subset JSON Schema patterns use in practice).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Final, TypeAlias
 
-from llamaserve.chat.gbnf_text import _gbnf_class, _group, _iv, _rep_suffix, _seq
+from llamaserve.grammar.gbnf import _gbnf_class, _group, _iv, _rep_suffix, _seq
 
 # --------------------------------------------------------------------------------------------
 # Numeric ranges as grammars over canonical decimal text.

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from llamaserve.chat.gbnf_rules import RuleBook
-from llamaserve.chat.gbnf_text import (
+from llamaserve.grammar.common import _count, _err, _ptr, _unsat
+from llamaserve.grammar.gbnf import (
     _JSON_SPECIAL,
     _class_expr,
     _gbnf_literal,
@@ -20,7 +20,7 @@ from llamaserve.chat.gbnf_text import (
     _iv_intersect,
     _seq,
 )
-from llamaserve.chat.schema_common import _count, _err, _ptr, _unsat
+from llamaserve.grammar.rulebook import RuleBook
 
 
 class ContainerRules(RuleBook):

@@ -9,11 +9,9 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from llamaserve.chat.gbnf_rules import RuleBook
-from llamaserve.chat.gbnf_text import _group, _json_char_expr, _json_text_literal, _seq
-from llamaserve.chat.schema_common import _count, _decimal, _err, _ptr, _unsat
-from llamaserve.chat.schema_numbers import _SIGNIFICANT_DIGITS, _int_range_alts, _number_range_alts
-from llamaserve.chat.schema_regex import (
+from llamaserve.grammar.common import _count, _decimal, _err, _ptr, _unsat
+from llamaserve.grammar.gbnf import _group, _json_char_expr, _json_text_literal, _seq
+from llamaserve.grammar.patterns import (
     _FORMATS,
     _RAlt,
     _re_branches,
@@ -27,6 +25,8 @@ from llamaserve.chat.schema_regex import (
     _RSeq,
     _RSet,
 )
+from llamaserve.grammar.ranges import _SIGNIFICANT_DIGITS, _int_range_alts, _number_range_alts
+from llamaserve.grammar.rulebook import RuleBook
 
 
 class ScalarRules(RuleBook):

@@ -10,8 +10,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from llamaserve.chat.schema_common import _MAX_DEPTH, _count, _decimal, _err, _ptr
-from llamaserve.chat.schema_regex import _FORMATS
+from llamaserve.grammar.common import _MAX_DEPTH, _count, _decimal, _err, _ptr
+from llamaserve.grammar.patterns import _FORMATS
 
 Normalize = Callable[[Mapping[str, Any], str], dict[str, Any]]
 Resolve = Callable[[Any, str], tuple[Any, str]]
