@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llamaserve.engine.kvcache import CachePolicy
+from llamaserve.engine.kv.policy import CachePolicy
 from llamaserve.engine.runner import PlanRow, Sample, StepResult
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.scheduler import Scheduler
@@ -63,7 +63,7 @@ class NullRunner:
     def __init__(self, n_seq: int) -> None:
         self.n_seq_max = n_seq
         # One unified pool that holds every slot's context (each capped at N_CTX), as a GPU's
-        # KV would for this workload: the KV room (engine/kv_room.py) never holds a request back.
+        # KV would for this workload: the KV room (engine/kv/room.py) never holds a request back.
         self.n_ctx_seq = N_CTX * n_seq
         self._next = 100
         self._pieces = {t: f" w{t}".encode() for t in range(VOCAB)}

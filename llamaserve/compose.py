@@ -28,9 +28,9 @@ from llamaserve.config import ConfigError, ContextTuning, CpuPlacement, ServerCo
 from llamaserve.engine.admission import QueueLimits
 from llamaserve.engine.backend import Vocabulary
 from llamaserve.engine.client import EngineClient
-from llamaserve.engine.kvcache import CachePolicy
+from llamaserve.engine.kv.files import SlotFiles
+from llamaserve.engine.kv.policy import CachePolicy
 from llamaserve.engine.scheduler import Scheduler
-from llamaserve.engine.slot_files import SlotFiles
 from llamaserve.llama import control_vectors
 from llamaserve.llama.buildinfo import build_info
 from llamaserve.llama.builtin_templates import builtin_template_names, render_builtin

@@ -141,7 +141,7 @@ BUILTIN_TOOL_NAMES = (
 # -np auto. llama-server then gives 4 slots, and a request that arrives while they are busy
 # waits for one to finish: under load its time to first token is the queue. Auto here gives
 # more sequences than that, sharing one unified KV pool, and what decides whether a request
-# starts is the room left in that pool (engine/kv_room.py), not a free slot. The pool keeps
+# starts is the room left in that pool (engine/kv/room.py), not a free slot. The pool keeps
 # llama-server's size.
 AUTO_SLOTS = 32
 LLAMA_SERVER_AUTO_SLOTS = 4

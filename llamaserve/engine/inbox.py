@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llamaserve.engine.slots import Task
+from llamaserve.engine.kv.slot import Task
 
 
 @dataclass

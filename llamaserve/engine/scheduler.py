@@ -18,13 +18,13 @@ from collections.abc import Callable
 
 from llamaserve.engine.admission import AdmissionControl, QueueFull, QueueLimits
 from llamaserve.engine.inbox import Abort, Call, Message, Shutdown, Submit
-from llamaserve.engine.kv_room import KVRoom
-from llamaserve.engine.kvcache import CachePolicy
+from llamaserve.engine.kv.assign import bind_task, choose_slot
+from llamaserve.engine.kv.policy import CachePolicy
+from llamaserve.engine.kv.prepare import SlotKV
+from llamaserve.engine.kv.room import KVRoom
+from llamaserve.engine.kv.slot import Slot, SlotState, Task
 from llamaserve.engine.runner import PlanRow, Runner, Sample
-from llamaserve.engine.slot_assign import bind_task, choose_slot
-from llamaserve.engine.slot_kv import SlotKV
 from llamaserve.engine.slot_reports import finished_event, progress_event
-from llamaserve.engine.slots import Slot, SlotState, Task
 from llamaserve.engine.speculative import Speculator, apply_verified
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.step_budget import PrefillBudget
@@ -303,7 +303,7 @@ class Scheduler:
             self.stats.requests_deferred = sum(len(g) for g in self._waiting)
             return  # nothing can start: skip matching every waiting prompt against every slot
         still_waiting: list[list[Task]] = []
-        # With a unified KV pool the cells decide, not the idle slots (engine/kv_room.py).
+        # With a unified KV pool the cells decide, not the idle slots (engine/kv/room.py).
         room = KVRoom(self.slots, self.runner.n_ctx_seq) if self.kv.policy.kv_unified else None
         # Lower priority values first; equal ones in arrival order (task ids grow).
         for group in sorted(self._waiting, key=lambda g: (g[0].request.priority, g[0].id)):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llamaserve.engine.slots import Slot
+from llamaserve.engine.kv.slot import Slot
 from llamaserve.engine.types import Finished, GenerationRequest, PromptProgress, TextDelta, Timings
 
 

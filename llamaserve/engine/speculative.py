@@ -15,9 +15,9 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
+from llamaserve.engine.kv.slot import Slot
 from llamaserve.engine.ngram_draft import NgramMap, NgramMod, NgramSimple
 from llamaserve.engine.runner import DraftRequest, DraftRunner, PlanRow, Runner, Sample
-from llamaserve.engine.slots import Slot
 from llamaserve.engine.spec_params import SpecParams
 from llamaserve.engine.stats import SchedulerStats
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from llamaserve.engine.admission import prefill_order
 from llamaserve.engine.backend import media_slot
+from llamaserve.engine.kv.slot import Slot, SlotState
 from llamaserve.engine.runner import PlanRow
-from llamaserve.engine.slots import Slot, SlotState
 
 
 def adapter_sets(slots: list[Slot]) -> list[tuple[float, ...]]:

@@ -8,10 +8,10 @@ shifts instead where --context-shift allows it.
 
 from __future__ import annotations
 
+from llamaserve.engine.kv.prepare import SlotKV
+from llamaserve.engine.kv.slot import Slot
 from llamaserve.engine.runner import Runner, Sample
-from llamaserve.engine.slot_kv import SlotKV
 from llamaserve.engine.slot_reports import slot_timings
-from llamaserve.engine.slots import Slot
 from llamaserve.engine.types import Event, TextDelta
 
 

@@ -58,7 +58,7 @@ def cpu_flash_attention_tile(settings: ContextSettings, offloads: bool) -> int:
     """The query rows of a flash-attention tile where attention runs on ggml's CPU kernel, else 0.
 
     `LlamaRunner` keeps decode rows and prompt chunks apart for it (llama/runner.
-    split_decode_rows) and engine/kvcache.pad_prefill tops short prompts up to it. With
+    split_decode_rows) and engine/kv/reuse.pad_prefill tops short prompts up to it. With
     "auto", llama.cpp turns flash attention on where the backend has it, as the CPU's has.
     """
     kv_types = {settings.cache_type_k, settings.cache_type_v}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from llamaserve.engine.kv.slot import Slot
 from llamaserve.engine.sampling import SamplingParams
-from llamaserve.engine.slots import Slot
 from llamaserve.serving.runtime import ModelRuntime
 
 

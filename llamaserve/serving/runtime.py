@@ -18,8 +18,8 @@ from llamaserve.chat.tools import ToolFormat, detect_format
 from llamaserve.config import ServerConfig
 from llamaserve.engine.backend import Embedder, MediaTokenizer, ModelInfo, Vocabulary
 from llamaserve.engine.client import EngineClient
+from llamaserve.engine.kv.files import SlotFiles
 from llamaserve.engine.scheduler import Scheduler
-from llamaserve.engine.slot_files import SlotFiles
 from llamaserve.errors import APIError
 from llamaserve.serving.lora import LoraScales
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaserve.engine.slot_files import SlotFileError, validate_filename
+from llamaserve.engine.kv.files import SlotFileError, validate_filename
 from llamaserve.errors import APIError
 from llamaserve.serving.runtime import ModelRuntime
 

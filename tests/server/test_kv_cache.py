@@ -105,7 +105,7 @@ def test_save_erase_restore_gives_the_same_continuation(one_slot: tuple[RunningS
 def test_a_follow_up_just_short_of_a_flash_attention_tile_is_padded_to_one(
     one_slot: tuple[RunningServer, Path],
 ) -> None:
-    """On the CPU, 52-63 new tokens are decoded with cached ones up to 64 (engine/kvcache.pad_prefill)."""
+    """On the CPU, 52-63 new tokens are decoded with cached ones up to 64 (engine/kv/reuse.pad_prefill)."""
     url = one_slot[0].url
     prompt = long_text(20, seed=11)  # a seed no other test of the module starts its prompts with
     complete(url, prompt)

@@ -1,10 +1,10 @@
-"""A unified KV pool decides who starts (engine/kv_room.py): a request whose prompt and answer do
+"""A unified KV pool decides who starts (engine/kv/room.py): a request whose prompt and answer do
 not fit beside the running ones waits for room instead of failing every request in the cache,
 and the requests behind it do not take that room."""
 
 from __future__ import annotations
 
-from llamaserve.engine.kvcache import CachePolicy
+from llamaserve.engine.kv.policy import CachePolicy
 from llamaserve.engine.scheduler import Scheduler
 
 from .fake_runner import FakeRunner

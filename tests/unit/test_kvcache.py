@@ -7,16 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from llamaserve.engine.kvcache import (
-    CachePolicy,
-    ChunkMove,
-    PromptCache,
-    context_shift,
-    pad_prefill,
-    plan_chunk_reuse,
-)
+from llamaserve.engine.kv.files import SlotFileError, SlotFiles, validate_filename
+from llamaserve.engine.kv.host_cache import PromptCache
+from llamaserve.engine.kv.policy import CachePolicy
+from llamaserve.engine.kv.reuse import ChunkMove, context_shift, pad_prefill, plan_chunk_reuse
 from llamaserve.engine.scheduler import Scheduler
-from llamaserve.engine.slot_files import SlotFileError, SlotFiles, validate_filename
 
 from .fake_runner import FakeRunner
 from .test_scheduler import run_until_idle, submit

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from llamaserve.engine.kv.slot import SlotState, common_prefix_length
 from llamaserve.engine.scheduler import Scheduler
-from llamaserve.engine.slots import SlotState, common_prefix_length
 from llamaserve.engine.types import Event, Failed, Finished, GenerationRequest, TextDelta
 
 from .fake_runner import EOG, FakeRunner

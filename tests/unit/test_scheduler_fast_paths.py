@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import random
 
-from llamaserve.engine.kvcache import CachePolicy, PromptCache
+from llamaserve.engine.kv.blocks import BLOCK, block_hashes
+from llamaserve.engine.kv.host_cache import PromptCache
+from llamaserve.engine.kv.policy import CachePolicy
+from llamaserve.engine.kv.slot import common_prefix_length
 from llamaserve.engine.scheduler import Scheduler
-from llamaserve.engine.slots import common_prefix_length
 from llamaserve.engine.textstream import TextStream
-from llamaserve.engine.token_blocks import BLOCK, block_hashes
 
 from .fake_runner import FakeRunner
 from .test_scheduler import run_until_idle, submit

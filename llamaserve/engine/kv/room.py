@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from llamaserve.engine.slots import Slot
+from llamaserve.engine.kv.slot import Slot
 from llamaserve.engine.types import GenerationRequest
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 
+from llamaserve.engine.kv.slot import Slot, SlotState, Task, common_prefix_length
 from llamaserve.engine.reasoning_budget import ReasoningBudget
 from llamaserve.engine.runner import Sampler
-from llamaserve.engine.slots import Slot, SlotState, Task, common_prefix_length
 from llamaserve.engine.textstream import TextStream
 from llamaserve.engine.types import GenerationRequest
 

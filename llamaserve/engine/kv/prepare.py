@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 
-from llamaserve.engine.kv_room import claimed_cells
-from llamaserve.engine.kvcache import CachePolicy, PromptCache, context_shift, pad_prefill, plan_chunk_reuse
+from llamaserve.engine.kv.blocks import BLOCK, block_hashes
+from llamaserve.engine.kv.host_cache import PromptCache
+from llamaserve.engine.kv.policy import CachePolicy
+from llamaserve.engine.kv.reuse import context_shift, pad_prefill, plan_chunk_reuse
+from llamaserve.engine.kv.room import claimed_cells
+from llamaserve.engine.kv.slot import Slot, common_prefix_length
 from llamaserve.engine.runner import Runner
-from llamaserve.engine.slots import Slot, common_prefix_length
 from llamaserve.engine.stats import SchedulerStats
-from llamaserve.engine.token_blocks import BLOCK, block_hashes
 from llamaserve.engine.types import GenerationRequest
 
 log = logging.getLogger("llamaserve")
@@ -100,7 +102,7 @@ class SlotKV:
 
     def free_idle_cells(self, slots: list[Slot], n_cells: int) -> None:
         """A unified pool: clear idle slots' KV, least recently used first, until what the busy
-        slots claim (engine/kv_room.py) and what idle slots still hold fit the pool. Without
+        slots claim (engine/kv/room.py) and what idle slots still hold fit the pool. Without
         this, idle conversations left in the pool (no host cache to park them in) would fill it."""
         if not self.policy.kv_unified:
             return

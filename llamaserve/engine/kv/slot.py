@@ -67,7 +67,7 @@ class Slot:
         self.state = SlotState.IDLE
         self.cache_tokens: list[int] = []  # tokens whose KV this sequence holds, in order
         self.cache_lora: tuple[float, ...] = ()  # the LoRA scales that KV was computed with
-        # Block hashes (engine/token_blocks.py) of a leading part of cache_tokens, so parking
+        # Block hashes (engine/kv/blocks.py) of a leading part of cache_tokens, so parking
         # the KV in the host-memory cache need not hash the whole sequence again.
         self.cache_hashes: list[int] = []
         self.last_used = 0.0

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from llamaserve.engine.kv.slot import Slot
 from llamaserve.engine.scheduler import Scheduler
-from llamaserve.engine.slots import Slot
 
 log = logging.getLogger("llamaserve.slots")
 
