@@ -1,176 +1,295 @@
 #!/usr/bin/env bash
-# The GPU check, run by hand on a lent GPU machine; CI never needs it.
+# The GPU check: llamaserve against the C++ llama-server on one GPU, in one call of a machine with
+# no network (the lent H200: 16 cores, Python 3.12 with numpy, cmake, ninja and nvcc). CI never
+# runs it. Prepare its folder here first, then name it in the call's carry:
 #
-#   OUT=/some/dir benchmarks/gpu_check.sh [build] [test] [bench]     (no stage: all three)
+#   benchmarks/gpu_pack.sh                                 # .gpucheck/: sources, wheels, tokenizer
+#   OUT=/some/dir benchmarks/gpu_check.sh                  # there (GPU_CHECK_MODE=gpu, the default)
+#   GPU_CHECK_MODE=cpu OUT=/tmp/gc benchmarks/gpu_check.sh # the same path on this CPU, tiny shapes
 #
-# build  scripts/bootstrap --core with LLAMASERVE_CUDA=1 (llama-cpp-python compiled with CUDA,
-#        for the visible GPUs' architectures only), and benchmarks/build_cpp_server.sh with CUDA,
-#        side by side; then `llama version` must say "GPU offload: yes".
-# test   the generation tests of tests/server/ (completion and chat, OpenAI and native
-#        routes) with every server started with "-ngl 99 -fa on".
-# bench  benchmarks/serve_bench.py --quick: llamaserve and the C++ llama-server, both on the GPU.
+# Steps, each cut at what is left of GPU_CHECK_SECONDS (gpu: 480, cpu: 3000):
+#   1. the carried wheels into $WORK/site (pip --no-index --no-deps), llama-cpp-python's pure-Python
+#      package from the pack on PYTHONPATH;
+#   2. llama.cpp from the pack compiled ONCE: shared libllama/ggml/mtmd and llama-server (gpu: CUDA,
+#      sm_90 only); ours loads those libraries (LLAMA_CPP_LIB_PATH, MTMD_CPP_LIB), the C++ server is
+#      the same build's binary. Meanwhile benchmarks/gpu_models.py writes the models: random Q8_0
+#      weights in the shapes of Llama-3.2-1B and Llama-3.1-8B (cpu: two tiny shapes) with SmolLM2's
+#      tokenizer padded to Llama-3's 128,256 tokens;
+#   3. per shape, benchmarks/serve_bench.py on both servers taking turns, the same flags on both
+#      (-ngl 99 -fa on -np/-c/-kvu alike): single-stream decode, prefill of a ~4k-token prompt
+#      (cpu: ~512), aggregate tok/s and TTFT p50 at 16 and 64 streaming clients (cpu: 2 and 4),
+#      greedy with ignore_eos;
+#   4. the summary table (benchmarks/gpu_summary.py), printed last.
+# The serving-ceiling ("sleeping runner") benchmark of issue 40 is not part of it yet.
 #
-# Everything it says goes under $OUT: summary.txt (one line per step, with its time and exit
-# code), machine.txt, one log per step, tests.xml, bench/ (the JSON results and server logs).
-# The whole run stays within GPU_CHECK_SECONDS (default 570, under a 10-minute command
-# limit): each step is cut at what is left, and a step that had no time is reported as
-# skipped. The builds land in .venv and benchmarks/.cpp-server, so a second call on the
-# same machine (`... gpu_check.sh test bench`) starts from them.
+# $OUT receives at most 6 files: summary.txt (every step's outcome, then the table), table.md,
+# results.json (both shapes' serve_bench results), report.md (serve_bench's own tables),
+# machine.txt, logs.tar.gz (build, model, bench and server logs).
+# Exit codes: 0 all ran, 1 a step failed or was cut, 2 no GPU or no nvcc in gpu mode, 3 no pack.
 #
-# The machine may have no internet. pip is asked once, with a short timeout, whether its
-# index answers; if not, and WHEELHOUSE does not name a folder of wheels and sdists to
-# install from instead, the check stops there and says so (exit 3). No GPU or no nvcc:
-# exit 2. A failed step: exit 1.
+# Environment: GPU_CHECK_MODE (gpu|cpu), GPU_CHECK_SECONDS, GPU_PACK_DIR (default .gpucheck),
+# GPU_CHECK_WORK (build, models, site-packages; default /tmp/gpucheck-MODE: a second run there
+# reuses the build), PYTHON (default python3), JOBS (default nproc), GPU_CHECK_SHAPES (default
+# "1b 8b", cpu "tiny1 tiny2").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
-: "${OUT:?set OUT to the folder that receives the logs and results}"
+: "${OUT:?set OUT to the folder that receives the results}"
 mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
 BEGIN=$(date +%s)
-BUDGET="${GPU_CHECK_SECONDS:-570}"
-JOBS="$(nproc)"
+MODE="${GPU_CHECK_MODE:-gpu}"
+case "$MODE" in
+gpu) BUDGET="${GPU_CHECK_SECONDS:-480}" ;;
+cpu) BUDGET="${GPU_CHECK_SECONDS:-3000}" ;;
+*)
+    echo "GPU_CHECK_MODE must be gpu or cpu, got '$MODE'" >&2
+    exit 2
+    ;;
+esac
+PACK="$(cd "${GPU_PACK_DIR:-$ROOT/.gpucheck}" 2>/dev/null && pwd || true)"
+WORK="${GPU_CHECK_WORK:-/tmp/gpucheck-$MODE}"
+PY="${PYTHON:-python3}"
+JOBS="${JOBS:-$(nproc)}"
+LOGS="$WORK/logs"
+mkdir -p "$WORK" "$LOGS"
+rm -f "$LOGS"/*.log "$OUT/summary.txt"
 FAILED=0
 
-STAGES=("$@")
-[ "${#STAGES[@]}" -gt 0 ] || STAGES=(build test bench)
-wants() { [[ " ${STAGES[*]} " == *" $1 "* ]]; }
-
 elapsed() { echo $(($(date +%s) - BEGIN)); }
-say() { echo "[gpu_check +$(elapsed)s] $*" | tee -a "$OUT/summary.txt" >&2; }
 left() { echo $((BUDGET - $(elapsed))); }
+say() { echo "[gpu_check $MODE +$(elapsed)s] $*" | tee -a "$OUT/summary.txt" >&2; }
 
-# step NAME LIMIT CMD...: CMD's output to $OUT/NAME.log, cut at LIMIT seconds or what is left.
+# Whatever happens, the logs come back in one file.
+pack_logs() { tar -C "$WORK" -czf "$OUT/logs.tar.gz" logs 2>/dev/null; }
+trap pack_logs EXIT
+
+# step NAME LIMIT CMD...: CMD's output to $LOGS/NAME.log, cut at LIMIT seconds or what is left of the
+# budget less RESERVE (kept for the steps after it).
+RESERVE=0
 step() {
-    local name="$1" limit="$2" rc t0
+    local name="$1" limit="$2" rc t0 avail
     shift 2
-    [ "$(left)" -lt "$limit" ] && limit="$(left)"
-    if [ "$limit" -lt 20 ]; then
+    avail=$(($(left) - RESERVE))
+    [ "$avail" -lt "$limit" ] && limit="$avail"
+    if [ "$limit" -lt 10 ]; then
         say "$name: SKIPPED (no time left in the ${BUDGET}s budget)"
         return 124
     fi
     t0=$(date +%s)
-    timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+    timeout --kill-after=20 "$limit" "$@" >"$LOGS/$name.log" 2>&1
     rc=$?
     local took=$(($(date +%s) - t0))
     if [ "$rc" -eq 0 ]; then
         say "$name: ok in ${took}s"
-    elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        say "$name: TIMED OUT after ${took}s (limit ${limit}s); tail of $name.log:"
-        tail -n 15 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$OUT/summary.txt" >&2
     else
-        say "$name: FAILED (exit $rc) in ${took}s; tail of $name.log:"
-        tail -n 15 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$OUT/summary.txt" >&2
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            say "$name: TIMED OUT after ${took}s (limit ${limit}s); tail of its log:"
+        else
+            say "$name: FAILED (exit $rc) in ${took}s; tail of its log:"
+        fi
+        tail -n 12 "$LOGS/$name.log" | cut -c1-300 | sed 's/^/    /' | tee -a "$OUT/summary.txt" >&2
     fi
     return "$rc"
 }
 
 # ---------------------------------------------------------------- the machine
 {
-    echo "== date: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, stages: ${STAGES[*]}"
+    echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) mode $MODE, $(nproc) cores, budget ${BUDGET}s"
+    echo "== git: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
     timeout 20 nvidia-smi 2>&1 || echo "nvidia-smi: not available"
     echo "== nvcc: $(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || echo none)"
     (nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>&1 | tail -n 2
-    echo "== cmake: $(cmake --version 2>&1 | head -n 1)"
-    echo "== python3: $(python3 --version 2>&1)"
-    echo "== git HEAD: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "== cmake: $(cmake --version 2>&1 | head -n 1), ninja: $(ninja --version 2>&1)"
+    echo "== python: $(command -v "$PY") $("$PY" --version 2>&1)"
+    grep -m1 'model name' /proc/cpuinfo
     free -g 2>/dev/null
+    df -h "$WORK" 2>/dev/null | tail -n 1
 } >"$OUT/machine.txt" 2>&1
+
+if [ -z "$PACK" ] || [ ! -f "$PACK/llama.cpp.tar.xz" ] || [ ! -d "$PACK/whl" ] || [ ! -d "$PACK/py/llama_cpp" ]; then
+    say "STOP: no pack at ${GPU_PACK_DIR:-$ROOT/.gpucheck} (run benchmarks/gpu_pack.sh here, then name .gpucheck in carry)"
+    exit 3
+fi
+
 # shellcheck source=../scripts/gpu.sh
 source scripts/gpu.sh
-if ! llamaserve_gpu_visible; then
-    say "STOP: nvidia-smi lists no GPU (see machine.txt)"
-    exit 2
-fi
-say "GPU: $(timeout 20 nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv,noheader | head -n 1)"
-
-# A tree copied from another machine can carry links into that machine's folders.
-for link in .venv benchmarks/.cpp-server; do
-    if [ -L "$link" ] && [ ! -e "$link" ]; then
-        rm -f "$link"
+CMAKE_BACKEND=()
+if [ "$MODE" = gpu ]; then
+    if ! llamaserve_gpu_visible; then
+        say "STOP: nvidia-smi lists no GPU (see machine.txt)"
+        exit 2
     fi
+    NVCC="$(llamaserve_nvcc)"
+    if [ -z "$NVCC" ]; then
+        say "STOP: no nvcc: cannot compile CUDA kernels"
+        exit 2
+    fi
+    say "GPU: $(timeout 20 nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv,noheader | head -n 1)"
+    CMAKE_BACKEND=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90}" -DCMAKE_CUDA_COMPILER="$NVCC")
+    SHAPES="${GPU_CHECK_SHAPES:-1b 8b}"
+    # Both servers alike: every layer on the GPU, flash attention, 64 sequences in one unified KV.
+    SERVER_ARGS="-ngl 99 -fa on -np 64 -c 32768 -kvu -t 8 -tb 8"
+    BENCH_ARGS=(--max-tokens 128 --concurrency 16,64 --requests-per-client 1 --decode-runs 3 --pp-runs 3
+        --pp-tokens 4000)
+    BENCH_LIMIT=150
+    BENCH_MIN=70
+else
+    SHAPES="${GPU_CHECK_SHAPES:-tiny1 tiny2}"
+    SERVER_ARGS="-ngl 99 -fa on -np 4 -c 4096 -kvu -t 2 -tb 2"
+    BENCH_ARGS=(--max-tokens 16 --concurrency 2,4 --requests-per-client 1 --decode-runs 2 --pp-runs 2
+        --pp-tokens 512)
+    BENCH_LIMIT=600
+    BENCH_MIN=120
+fi
+
+# ---------------------------------------------------------------- 1. Python packages
+SITE="$WORK/site"
+if step wheels 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" "$PACK"/whl/*.whl; then
+    :
+else
+    FAILED=1
+fi
+# llama-cpp-python's package, its lib/ a link to the build's libraries: LLAMA_CPP_LIB_PATH (below) is
+# where llama_cpp and llamaserve's devices.py load them from, but llamaserve/llama/control_vectors.py
+# opens llama_cpp/lib/libggml-base.so whatever it says. Through the link both are the same files, so
+# the process loads each library once.
+PYPKG="$WORK/py"
+rm -rf "$PYPKG"
+mkdir -p "$PYPKG"
+cp -r "$PACK/py/llama_cpp" "$PYPKG/"
+ln -s "$WORK/build/bin" "$PYPKG/llama_cpp/lib"
+export PYTHONPATH="$SITE:$PYPKG:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# ---------------------------------------------------------------- 2. build and models, side by side
+SRC="$WORK/src"
+BUILD="$WORK/build"
+LIB="$BUILD/bin"
+CPP_SERVER="$BUILD/bin/llama-server"
+# The CPU side is compiled for this CPU less AMX: some VMs list AMX in CPUID and fault on its first
+# instruction (benchmarks/amx_probe.c); with -ngl 99 the CPU kernels barely run anyway.
+NO_AMX=""
+[ "$(uname -m)" = x86_64 ] && NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+CMAKE_FLAGS=(
+    -G Ninja
+    -DCMAKE_BUILD_TYPE=Release
+    -DBUILD_SHARED_LIBS=ON
+    -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON
+    -DGGML_NATIVE=ON
+    -DLLAMA_BUILD_COMMON=ON
+    -DLLAMA_BUILD_TOOLS=ON
+    -DLLAMA_BUILD_SERVER=ON
+    -DLLAMA_BUILD_TESTS=OFF
+    -DLLAMA_BUILD_EXAMPLES=OFF
+    -DLLAMA_BUILD_UI=OFF
+    -DLLAMA_USE_PREBUILT_UI=OFF
+    -DLLAMA_OPENSSL=OFF
+    -DLLAMA_CURL=OFF
+    "-DCMAKE_C_FLAGS=$NO_AMX"
+    "-DCMAKE_CXX_FLAGS=$NO_AMX"
+    "${CMAKE_BACKEND[@]}"
+)
+# Run by `step` (through timeout, so as a script of its own): $1 pack, $2 sources, $3 build folder,
+# $4 jobs, then cmake's flags.
+# shellcheck disable=SC2016  # expanded by the inner shell
+BUILD_LLAMA='
+set -e
+PACK=$1 SRC=$2 BUILD=$3 JOBS=$4
+shift 4
+stamp="$(cksum <"$PACK/llama.cpp.tar.xz")"
+# Extracted once per pack: a second run on the same machine rebuilds nothing.
+if [ "$(cat "$SRC/.stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$SRC" "$BUILD"
+    mkdir -p "$SRC"
+    tar -xJf "$PACK/llama.cpp.tar.xz" -C "$SRC"
+    echo "$stamp" >"$SRC/.stamp"
+fi
+echo "cmake $*"
+cmake -S "$SRC/llama.cpp" -B "$BUILD" "$@"
+t0=$(date +%s)
+cmake --build "$BUILD" -j "$JOBS" --target llama mtmd llama-server
+echo "compiled in $(($(date +%s) - t0))s"
+"$BUILD/bin/llama-server" --version 2>&1
+'
+MODELS="$WORK/models"
+# $1 shapes, $2 python, $3 pack, $4 models folder
+# shellcheck disable=SC2016
+WRITE_MODELS='
+set -e
+mkdir -p "$4"
+for s in $1; do
+    "$2" benchmarks/gpu_models.py write --shape "$s" --tokenizer "$3/tokenizer.json.gz" --out "$4/$s.gguf"
 done
+'
 
-# ---------------------------------------------------------------- build
-if wants build; then
-    if [ -L .venv ]; then
-        # A venv shared with other trees would be rebuilt under them.
-        say "STOP: .venv links to $(readlink .venv); the build stage rebuilds llama-cpp-python there. Run it in a" \
-            "tree with its own .venv (or none), or run only the test and bench stages"
-        exit 2
-    fi
-    if [ -z "$(llamaserve_nvcc)" ]; then
-        say "STOP: no nvcc (not on PATH, not in ${CUDA_HOME:-/usr/local/cuda}/bin): cannot compile CUDA kernels"
-        exit 2
-    fi
-    export PIP_DEFAULT_TIMEOUT=15 PIP_RETRIES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-    if [ -n "${WHEELHOUSE:-}" ]; then
-        export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELHOUSE"
-        say "pip: offline, from WHEELHOUSE=$WHEELHOUSE"
-    else
-        INDEX="${PIP_INDEX_URL:-https://pypi.org/simple}"
-        if ! timeout 20 python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip("/") + "/pip/", timeout=8)' "$INDEX" 2>"$OUT/pip-probe.log"; then
-            say "STOP: pip's index $INDEX does not answer ($(tail -n 1 "$OUT/pip-probe.log")); the CUDA build needs" \
-                "llama-cpp-python's sdist, its build tools and llamaserve's dependencies from it." \
-                "Set WHEELHOUSE to a folder holding them (pip download on a connected machine) to run offline."
-            exit 3
-        fi
-        say "pip: $INDEX answers"
-    fi
-    export LLAMASERVE_CUDA=1 CMAKE_BUILD_PARALLEL_LEVEL="$JOBS"
-    # The C++ build takes llama.cpp from the same sdist: from the wheelhouse when offline.
-    mkdir -p benchmarks/.cpp-server/src
-    for sdist in "${WHEELHOUSE:-/nonexistent}"/llama_cpp_python-*.tar.gz; do
-        [ -f "$sdist" ] && cp -n "$sdist" benchmarks/.cpp-server/src/
-    done
-    # Side by side: each build is mostly one long serial stretch (ggml-cuda's kernels), so two
-    # builds on all cores finish sooner than one after the other.
-    step bootstrap 420 scripts/bootstrap --core &
-    PY_BUILD=$!
-    step cpp-build 420 env JOBS="$JOBS" NICE=0 PYTHON=python3 benchmarks/build_cpp_server.sh &
-    CPP_BUILD=$!
-    wait "$PY_BUILD" || FAILED=1
-    wait "$CPP_BUILD" || FAILED=1
-    [ -f benchmarks/.cpp-server/BUILD_INFO ] && cp benchmarks/.cpp-server/BUILD_INFO "$OUT/cpp-BUILD_INFO.txt"
-fi
-
-# The copied tree is what is tested, whichever tree the venv was installed from.
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-PY=.venv/bin/python
-if [ ! -x "$PY" ]; then
-    say "STOP: no .venv (the build stage did not make one)"
+step build $((BUDGET - 100)) bash -c "$BUILD_LLAMA" _ "$PACK" "$SRC" "$BUILD" "$JOBS" "${CMAKE_FLAGS[@]}" &
+BUILD_PID=$!
+step models 240 bash -c "$WRITE_MODELS" _ "$SHAPES" "$PY" "$PACK" "$MODELS" &
+MODELS_PID=$!
+wait "$MODELS_PID" || FAILED=1
+if ! wait "$BUILD_PID"; then
+    say "STOP: no llama.cpp build, nothing to compare"
     exit 1
 fi
-if step version 60 "$PY" -m llamaserve.unified_cli version; then
-    if grep -q "GPU offload: yes" "$OUT/version.log"; then
-        say "llama-cpp-python: built with GPU offload"
-    else
-        say "FAIL: llama-cpp-python has no GPU offload (see version.log); the tests would run on the CPU"
+grep -E "^compiled in|^version" "$LOGS/build.log" | sed 's/^/    /' | tee -a "$OUT/summary.txt" >&2
+
+export LLAMA_CPP_LIB_PATH="$LIB" MTMD_CPP_LIB="$LIB"
+if step version 60 "$PY" -c 'import sys; from llamaserve.unified_cli import llama_main; sys.exit(llama_main(["version"]))'; then
+    if [ "$MODE" = gpu ] && ! grep -q "GPU offload: yes" "$LOGS/version.log"; then
+        say "FAIL: llama-cpp-python's libllama has no GPU offload (see version.log): ours would run on the CPU"
         FAILED=1
     fi
+else
+    FAILED=1
 fi
 
-# ---------------------------------------------------------------- test
-GPU_ARGS="-ngl 99 -fa on"
-if wants test; then
-    LLAMASERVE_TEST_SERVER_ARGS="$GPU_ARGS" step tests 180 "$PY" -m pytest -q -p no:cacheprovider \
-        tests/server/test_openai_api.py tests/server/test_native_api.py -k "completion or chat" \
-        --junitxml="$OUT/tests.xml" || FAILED=1
-    grep -E "passed|failed|error" "$OUT/tests.log" | tail -n 1 | sed 's/^/    /' | tee -a "$OUT/summary.txt" >&2
-fi
-
-# ---------------------------------------------------------------- bench
-if wants bench; then
-    CPP=benchmarks/.cpp-server/llama-server
-    BENCH=(--name ours --server "{python} -m llamaserve -m {model} --port {port} -np 8 -c 8192 $GPU_ARGS")
-    if [ -x "$CPP" ] && grep -q '^backend: cuda' benchmarks/.cpp-server/BUILD_INFO 2>/dev/null; then
-        BENCH+=(--name cpp --server "$CPP -m {model} --port {port} -np 8 -c 8192 $GPU_ARGS")
-    else
-        say "bench: no CUDA build of the C++ llama-server: llamaserve alone"
+# ---------------------------------------------------------------- 3. the benchmark, shape by shape
+RESULTS=()
+set -- $SHAPES
+n_left=$#
+for s in "$@"; do
+    model="$MODELS/$s.gguf"
+    if [ ! -f "$model" ]; then
+        say "bench-$s: no model"
+        FAILED=1
+        n_left=$((n_left - 1))
+        continue
+    fi
+    # A shape gets up to BENCH_LIMIT seconds, less what the shapes after it need at least
+    # (BENCH_MIN each) if that much is left; 20 s stay for the summary. The first shape comes first.
+    RESERVE=20
+    later=$(((n_left - 1) * BENCH_MIN))
+    limit=$(($(left) - RESERVE - later))
+    [ "$limit" -lt "$BENCH_MIN" ] && limit=$(($(left) - RESERVE))
+    [ "$limit" -gt "$BENCH_LIMIT" ] && limit="$BENCH_LIMIT"
+    dir="$WORK/bench-$s"
+    rm -rf "$dir"
+    if ! step "bench-$s" "$limit" "$PY" benchmarks/serve_bench.py --model "$model" "${BENCH_ARGS[@]}" \
+        --warmup 1 --startup-timeout 90 --stop-timeout 10 --request-timeout 120 --cooldown 0.5 \
+        --results-dir "$dir" \
+        --name ours --server "{python} -m llamaserve -m {model} --port {port} $SERVER_ARGS" \
+        --name cpp --server "$CPP_SERVER -m {model} --port {port} $SERVER_ARGS"; then
         FAILED=1
     fi
-    step bench 170 "$PY" benchmarks/serve_bench.py --quick --startup-timeout 60 --results-dir "$OUT/bench" \
-        "${BENCH[@]}" || FAILED=1
-fi
+    for f in "$dir"/*.log; do
+        [ -f "$f" ] && cp "$f" "$LOGS/$s-$(basename "$f")"
+    done
+    j="$(ls "$dir"/serve_bench-*.json 2>/dev/null | head -n 1)"
+    [ -n "$j" ] && RESULTS+=("$s=$j")
+    n_left=$((n_left - 1))
+done
 
-say "done in $(elapsed)s: $([ "$FAILED" = 0 ] && echo "all steps passed" || echo "some steps failed")"
+# ---------------------------------------------------------------- 4. the summary
+RESERVE=0
+if [ "${#RESULTS[@]}" -gt 0 ]; then
+    "$PY" benchmarks/gpu_summary.py --mode "$MODE" --server-args "$SERVER_ARGS" --out "$OUT" "${RESULTS[@]}" \
+        >"$LOGS/summary.log" 2>&1 || FAILED=1
+else
+    echo "no results" >"$LOGS/summary.log"
+    FAILED=1
+fi
+say "done in $(elapsed)s: $([ "$FAILED" = 0 ] && echo "every step ran" || echo "some steps failed")"
+cat "$LOGS/summary.log" | tee -a "$OUT/summary.txt"
 exit "$FAILED"
