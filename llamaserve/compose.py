@@ -30,6 +30,7 @@ from llamaserve.engine.backend import Vocabulary
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.kv.files import SlotFiles
 from llamaserve.engine.kv.policy import CachePolicy
+from llamaserve.engine.prompt_log import PromptLoggingClient
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.llama import control_vectors
 from llamaserve.llama.buildinfo import build_info
@@ -48,7 +49,6 @@ from llamaserve.llama.progress import set_load_progress
 from llamaserve.llama.runner import LlamaRunner
 from llamaserve.llama.threads import PoolSpec, ThreadPools, set_process_priority
 from llamaserve.serving.lora import from_config as lora_from_config
-from llamaserve.serving.prompt_log import PromptLoggingClient
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
 from llamaserve.serving.structured import server_default_grammar
@@ -471,15 +471,13 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         config=config,
         model=model,
         n_ctx_slot=scheduler.n_ctx_slot,
-        scheduler=scheduler,
-        engine=_engine_client(config, scheduler, model),
+        engine=_engine_client(config, scheduler, model, slot_files),
         template=template,
         template_source=source,
         info=info,
         chat_template_kwargs=kwargs,
         ui_settings=ui_settings,
         embedder=Embedder(context) if settings.embeddings else None,
-        slot_files=slot_files,
         media=media,
         lora=lora_from_config(config.lora, config.lora_init_without_apply),
         release=release,
@@ -487,15 +485,18 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     )
 
 
-def _engine_client(config: ServerConfig, scheduler: Scheduler, model: Vocabulary) -> EngineClient:
-    """The engine client the routes use; with --log-prompts-dir, one that writes each prompt down."""
+def _engine_client(
+    config: ServerConfig, scheduler: Scheduler, model: Vocabulary, slot_files: SlotFiles | None
+) -> EngineClient:
+    """The engine's front, all the routes see of it; with --log-prompts-dir, one that writes each prompt down."""
+    persist = config.cache_persist  # the slots are written when the front stops (shutdown, sleep)
     if config.log_prompts_dir is None:
-        return EngineClient(scheduler)
+        return EngineClient(scheduler, slot_files=slot_files, persist_slots=persist)
     try:  # created up front, as llama-server does when it parses the flag
         os.makedirs(config.log_prompts_dir, exist_ok=True)
     except OSError as exc:
         log.warning("failed to create --log-prompts-dir '%s': %s", config.log_prompts_dir, exc)
-    return PromptLoggingClient(scheduler, model, config.log_prompts_dir)
+    return PromptLoggingClient(scheduler, model, config.log_prompts_dir, slot_files=slot_files, persist_slots=persist)
 
 
 def serve(config: ServerConfig) -> int:

@@ -58,7 +58,7 @@ class LlamaCollector(Collector):
         self.window = _Window()
 
     def llamacpp_text(self) -> str:
-        s = self.state.scheduler_stats()  # while asleep (--sleep-idle-seconds): the counters the model had
+        s = self.state.engine_stats()  # while asleep (--sleep-idle-seconds): the counters the model had
         w = self.window
         d_prompt = s.prompt_tokens_total - w.prompt_tokens
         d_prompt_s = s.prompt_seconds_total - w.prompt_seconds
@@ -125,7 +125,7 @@ class LlamaCollector(Collector):
         return "\n".join(_text("counter", counters) + _text("gauge", gauges)) + "\n"
 
     def collect(self) -> Iterator[Metric]:
-        s = self.state.scheduler_stats()
+        s = self.state.engine_stats()
         # Ours: how the KV-cache features are doing (llama-server has no metrics for them).
         yield _metric(
             "llamaserve:prompt_cache_saves_total",

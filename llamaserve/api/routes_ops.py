@@ -62,7 +62,7 @@ def ops_routes(state: ServerState) -> APIRouter:
     async def get_slots(request: Request) -> Response:
         rt = runtime_of(state)
         _require(config.endpoint_slots, slots_off)
-        if request.query_params.get("fail_on_no_slot") in ("1", "true") and all(s.busy for s in rt.scheduler.slots):
+        if request.query_params.get("fail_on_no_slot") in ("1", "true") and all(s.busy for s in rt.engine.slots()):
             raise APIError("no slot available", "unavailable_error")
         return JSONUTF8Response(info.slots(rt))
 

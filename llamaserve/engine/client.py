@@ -1,4 +1,11 @@
-"""The asyncio face of the scheduler: submit, stream events back, abort.
+"""The engine's one front for the HTTP side: submit, stream events back, abort, and read.
+
+`EngineClient` is all that `serving/` and `api/` see of the engine, the way llama-server's
+HTTP code sees only `server_response_reader` and never a slot: generation, calls run on
+the scheduler thread, slot views, the /metrics counters, the speculative settings /props
+shows, the host cache's size, the queue's figures, slot files, and stopping. The
+scheduler it wraps stays private, so the routes cannot come to depend on its internals
+(`tests/unit/test_layering.py` checks that they do not try).
 
 Events cross from the scheduler thread to the event loop through a
 `LoopMailbox`: the values of one scheduler step (one per request) share a
@@ -10,6 +17,7 @@ steal time from ggml's threads, so N streams should not pay N of them a step.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import weakref
 from collections import deque
@@ -17,8 +25,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from llamaserve.engine.admission import QueueFull
+from llamaserve.engine.kv.files import SlotFileError as SlotFileError  # re-exported: the slot actions' error
+from llamaserve.engine.kv.files import SlotFiles, validate_filename
 from llamaserve.engine.scheduler import Scheduler
+from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.types import Event, Failed, Finished, GenerationRequest
+from llamaserve.engine.views import SlotView, slot_view
+
+log = logging.getLogger("llamaserve")
 
 T = TypeVar("T")
 
@@ -105,8 +119,14 @@ def mailbox_for(loop: asyncio.AbstractEventLoop) -> LoopMailbox:
 
 
 class EngineClient:
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
+    """The engine as the HTTP side uses it; the composition root builds it over a started scheduler."""
+
+    def __init__(
+        self, scheduler: Scheduler, *, slot_files: SlotFiles | None = None, persist_slots: bool = False
+    ) -> None:
+        self._scheduler = scheduler
+        self._slot_files = slot_files  # with --slot-save-path
+        self._persist_slots = persist_slots and slot_files is not None  # --cache-persist
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
         """Yield TextDelta events, then one Finished or Failed.
@@ -133,14 +153,13 @@ class EngineClient:
 
             return sink
 
-        ids = [self.scheduler.next_task_id() for _ in requests]
+        scheduler = self._scheduler
+        ids = [scheduler.next_task_id() for _ in requests]
         try:
             if len(requests) == 1:
-                self.scheduler.submit(ids[0], requests[0], sink_for(0))
+                scheduler.submit(ids[0], requests[0], sink_for(0))
             else:
-                self.scheduler.submit_choices(
-                    [(tid, req, sink_for(i)) for i, (tid, req) in enumerate(zip(ids, requests))]
-                )
+                scheduler.submit_choices([(tid, req, sink_for(i)) for i, (tid, req) in enumerate(zip(ids, requests))])
         except QueueFull as full:
             yield 0, Failed(full.message, kind="rate_limit_error", status=429, retry_after_s=full.retry_after_s)
             return
@@ -154,7 +173,7 @@ class EngineClient:
                     yield index, event
         finally:
             for index in remaining:
-                self.scheduler.abort(ids[index])
+                scheduler.abort(ids[index])
 
     async def call(self, fn: Callable[[], T], *, idle_slot: int = -1) -> T:
         """Run ``fn`` on the scheduler thread between steps and await its result.
@@ -177,5 +196,80 @@ class EngineClient:
         def reply(value: object, error: BaseException | None) -> None:
             mailbox.post(settle, (value, error))
 
-        self.scheduler.call(fn, reply, idle_slot=idle_slot)
+        self._scheduler.call(fn, reply, idle_slot=idle_slot)
         return await future
+
+    # ------------------------------------------------------------ reads (event loop)
+    @property
+    def n_slots(self) -> int:
+        return len(self._scheduler.slots)
+
+    def slots(self) -> list[SlotView]:
+        """A copy of every slot's state, in slot order (/slots, /health?fail_on_no_slot)."""
+        return [slot_view(slot) for slot in self._scheduler.slots]
+
+    @property
+    def stats(self) -> SchedulerStats:
+        """The /metrics counters. Live: the scheduler thread adds to them, and so do calls
+        run on it (embeddings count their decodes there)."""
+        return self._scheduler.stats
+
+    @stats.setter
+    def stats(self, value: SchedulerStats) -> None:
+        # Waking from sleep carries the old counters over, so /metrics never goes back.
+        self._scheduler.stats = value
+
+    @property
+    def speculative(self) -> bool:
+        """Whether speculative decoding is set up (/slots' `speculative`)."""
+        return self._scheduler.spec is not None
+
+    @property
+    def spec_types(self) -> str:
+        """The speculative types in use as llama-server names them, "none" when off."""
+        spec = self._scheduler.spec
+        return spec.type_names if spec is not None else "none"
+
+    def prompt_cache_bytes(self) -> int:
+        """Bytes the host-memory prompt cache holds (0 without --cache-ram)."""
+        cache = self._scheduler.kv.prompt_cache
+        return cache.bytes_used if cache is not None else 0
+
+    def queued_tokens(self) -> int:
+        """Prompt tokens of the requests waiting for a slot."""
+        return self._scheduler.admission.pending_tokens
+
+    # ------------------------------------------------------------ slot files
+    @property
+    def has_slot_files(self) -> bool:
+        return self._slot_files is not None
+
+    async def save_slot(self, slot_id: int, filename: object) -> dict[str, Any]:
+        """Write a slot's KV to a file once the slot is idle; SlotFileError for a bad name or file."""
+        files = self._files()
+        name = validate_filename(filename)  # before waiting for the slot: a bad name is answered at once
+        return await self.call(lambda: files.save(slot_id, name), idle_slot=slot_id)
+
+    async def restore_slot(self, slot_id: int, filename: object) -> dict[str, Any]:
+        files = self._files()
+        name = validate_filename(filename)
+        return await self.call(lambda: files.restore(slot_id, name), idle_slot=slot_id)
+
+    async def erase_slot(self, slot_id: int) -> dict[str, Any]:
+        files = self._files()
+        return await self.call(lambda: files.erase(slot_id), idle_slot=slot_id)
+
+    def _files(self) -> SlotFiles:
+        if self._slot_files is None:
+            raise SlotFileError("slot files are off (no --slot-save-path)")
+        return self._slot_files
+
+    # ------------------------------------------------------------ lifetime
+    def stop(self) -> None:
+        """Stop the scheduler thread; with --cache-persist, then write every slot's KV to disk."""
+        self._scheduler.stop()
+        if self._persist_slots and self._slot_files is not None:
+            try:
+                self._slot_files.persist_all()
+            except OSError as exc:  # a full disk must not turn a clean stop into a crash
+                log.error("could not persist the slot caches: %s", exc)

@@ -46,7 +46,7 @@ def build_request(
             "exceed_context_size_error",
             extra={"n_prompt_tokens": len(tokens), "n_ctx": rt.n_ctx_slot},
         )
-    if req.id_slot is not None and req.id_slot >= len(rt.scheduler.slots):
+    if req.id_slot is not None and req.id_slot >= rt.engine.n_slots:
         raise APIError(f"id_slot: there is no slot {req.id_slot}")
     # llama-server's order: the body's n_predict, then the route's own limit (max_tokens,
     # max_completion_tokens), then -n.
@@ -85,8 +85,8 @@ def wants_verbose(rt: ModelRuntime, req: SamplingFields) -> bool:
 def choices(rt: ModelRuntime, job: GenerationRequest, n: int, field: str = "n") -> list[GenerationRequest]:
     """n choices of one prompt; with a fixed seed each choice gets seed + i so they differ.
     ``field`` names the count in the error: more choices than slots can never run at once."""
-    if n > len(rt.scheduler.slots):
-        raise APIError(f"{field}: at most {len(rt.scheduler.slots)} choices (the number of slots)")
+    if n > rt.engine.n_slots:
+        raise APIError(f"{field}: at most {rt.engine.n_slots} choices (the number of slots)")
     if n == 1:
         return [job]
     seed = job.sampling.seed
@@ -316,8 +316,8 @@ async def oai_requests(rt: ModelRuntime, req: CompletionRequest) -> list[list[Ge
     )
     n_probs = req.logprobs if req.logprobs is not None else -1
     prompts = split_prompts(req.prompt)
-    if len(prompts) * req.n > len(rt.scheduler.slots) and req.n > 1:
-        raise APIError(f"n: at most {len(rt.scheduler.slots)} choices in all (the number of slots)")
+    if len(prompts) * req.n > rt.engine.n_slots and req.n > 1:
+        raise APIError(f"n: at most {rt.engine.n_slots} choices in all (the number of slots)")
     lazy = lazy_grammar(rt.model, req)
     groups = []
     for prompt in prompts:

@@ -44,7 +44,7 @@ def _embedder(rt: ModelRuntime, *, rerank: bool = False) -> Embedder:
 def _counted(rt: ModelRuntime, embedder: Embedder, inputs: list[list[int]]) -> list[np.ndarray]:
     """Scheduler thread: embed, and count the work in /metrics as llama-server does: an
     embedding samples no token, but its prompt is processed and costs decodes."""
-    stats = rt.scheduler.stats
+    stats = rt.engine.stats
     before, t0 = embedder.decodes, time.perf_counter()
     out = embedder.embed(inputs)
     stats.n_decode_total += embedder.decodes - before

@@ -5,15 +5,14 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from llamaserve.engine.kv.slot import Slot
 from llamaserve.engine.sampling import SamplingParams
+from llamaserve.engine.views import SlotView
 from llamaserve.serving.runtime import ModelRuntime
 
 
 def spec_types(rt: ModelRuntime) -> str:
     """The speculative decoding types in use, as llama-server names them ("none" when off)."""
-    spec = rt.scheduler.spec
-    return spec.type_names if spec is not None else "none"
+    return rt.engine.spec_types
 
 
 def sampling_params_json(
@@ -49,7 +48,7 @@ def props(rt: ModelRuntime) -> dict[str, Any]:
             ),
             "n_ctx": rt.n_ctx_slot,
         },
-        "total_slots": len(rt.scheduler.slots),
+        "total_slots": rt.engine.n_slots,
         "model_alias": rt.alias,
         "model_ftype": rt.info.ftype,
         "model_path": rt.info.path,
@@ -127,18 +126,18 @@ def models(rt: ModelRuntime) -> dict[str, Any]:
     }
 
 
-def slot_json(rt: ModelRuntime, slot: Slot) -> dict[str, Any]:
-    task = slot.task
-    cfg = task.request.sampling if task is not None else rt.config.sampling
-    n_predict = task.request.n_predict if task is not None else rt.config.n_predict
+def slot_json(rt: ModelRuntime, slot: SlotView) -> dict[str, Any]:
+    # An idle slot shows the server's defaults, as llama-server's does.
+    cfg = slot.sampling if slot.sampling is not None else rt.config.sampling
+    n_predict = slot.n_predict if slot.n_predict is not None else rt.config.n_predict
     out: dict[str, Any] = {
         "id": slot.id,
         "n_ctx": slot.n_ctx,
-        "speculative": rt.scheduler.spec is not None,
+        "speculative": rt.engine.speculative,
         "is_processing": slot.busy,
     }
     if slot.last_task_id >= 0:
-        n_prompt = len(slot.prompt)
+        n_prompt = slot.n_prompt
         out.update(
             {
                 "id_task": slot.last_task_id,
@@ -151,9 +150,9 @@ def slot_json(rt: ModelRuntime, slot: Slot) -> dict[str, Any]:
                 "next_token": [
                     {
                         "has_next_token": slot.busy,
-                        "has_new_line": slot.busy and "\n" in slot.stream.text,
-                        "n_remain": (n_predict - len(slot.generated)) if slot.busy and n_predict >= 0 else -1,
-                        "n_decoded": len(slot.generated) if slot.busy else 0,
+                        "has_new_line": slot.has_new_line,
+                        "n_remain": (n_predict - slot.n_generated) if slot.busy and n_predict >= 0 else -1,
+                        "n_decoded": slot.n_generated if slot.busy else 0,
                     }
                 ],
             }
@@ -162,4 +161,4 @@ def slot_json(rt: ModelRuntime, slot: Slot) -> dict[str, Any]:
 
 
 def slots(rt: ModelRuntime) -> list[dict[str, Any]]:
-    return [slot_json(rt, s) for s in rt.scheduler.slots]
+    return [slot_json(rt, s) for s in rt.engine.slots()]

@@ -2,12 +2,13 @@
 
 `llamaserve/compose.py` builds it from a ServerConfig (the one place that
 knows llama.cpp is underneath); `serving/state.py` tells routes whether it
-is loaded yet.
+is loaded yet. The engine is reached only through its front, `engine` (an
+`EngineClient`): generation, slot views, counters, slot files. The scheduler
+behind it is not here, so no route can read its slots or caches directly.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,12 +19,8 @@ from llamaserve.chat.tools import ToolFormat, detect_format
 from llamaserve.config import ServerConfig
 from llamaserve.engine.backend import Embedder, MediaTokenizer, ModelInfo, Vocabulary
 from llamaserve.engine.client import EngineClient
-from llamaserve.engine.kv.files import SlotFiles
-from llamaserve.engine.scheduler import Scheduler
 from llamaserve.errors import APIError
 from llamaserve.serving.lora import LoraScales
-
-log = logging.getLogger("llamaserve")
 
 
 @dataclass
@@ -31,8 +28,7 @@ class ModelRuntime:
     config: ServerConfig
     model: Vocabulary
     n_ctx_slot: int  # tokens of context per slot
-    scheduler: Scheduler
-    engine: EngineClient
+    engine: EngineClient  # the engine's front: all the HTTP side may use of it
     template: PromptTemplate  # Jinja (chat/template.py) or one of llama.cpp's built-ins
     template_source: str  # the Jinja source, or a built-in's name (what /props shows, as llama-server)
     info: ModelInfo
@@ -43,7 +39,6 @@ class ModelRuntime:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     ui_settings: dict[str, Any] = field(default_factory=dict)
     embedder: Embedder | None = None
-    slot_files: SlotFiles | None = None  # with --slot-save-path
     media: MediaTokenizer | None = None  # with --mmproj: images and/or audio in prompts
     lora: LoraScales = field(default_factory=LoraScales)
     _tool_format: ToolFormat | None = None
@@ -73,10 +68,5 @@ class ModelRuntime:
         return self.config.model_alias
 
     def close(self) -> None:
-        self.scheduler.stop()
-        if self.config.cache_persist and self.slot_files is not None:
-            try:
-                self.slot_files.persist_all()
-            except OSError as exc:  # a full disk must not turn a clean stop into a crash
-                log.error("could not persist the slot caches: %s", exc)
+        self.engine.stop()  # the scheduler thread ends, then --cache-persist writes the slots
         self.release()

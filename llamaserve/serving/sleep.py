@@ -166,7 +166,7 @@ class IdleSleeper:
         self.state.asleep = Snapshot(
             props={**info.props(rt), "is_sleeping": True},
             models=info.models(rt),
-            stats=rt.scheduler.stats,
+            stats=rt.engine.stats,
             created=rt.created,
             lora_scales=list(rt.lora.scales),
             prompt_cache_bytes=self.state.prompt_cache_bytes(),
@@ -199,7 +199,7 @@ class IdleSleeper:
         except Exception as exc:
             log.error("waking up failed: %s", exc)
             raise APIError(f"failed to reload the model after sleeping: {exc}", "unavailable_error") from exc
-        rt.scheduler.stats = snapshot.stats
+        rt.engine.stats = snapshot.stats
         rt.created = snapshot.created
         rt.lora.scales = snapshot.lora_scales or rt.lora.scales
         self.state.runtime = rt

@@ -62,20 +62,17 @@ class ServerState:
     def prompt_cache_bytes(self) -> int:
         """Bytes in the host-memory prompt cache (as they were, while asleep)."""
         if self.runtime is not None:
-            kv = getattr(self.runtime.scheduler, "kv", None)  # schedulers without KV bookkeeping have none
-            cache = kv.prompt_cache if kv is not None else None
-            return int(cache.bytes_used) if cache is not None else 0
+            return self.runtime.engine.prompt_cache_bytes()
         return self.asleep.prompt_cache_bytes if self.asleep is not None else 0
 
     def queued_tokens(self) -> int:
         """Prompt tokens of the requests waiting for a slot (none while asleep)."""
-        admission = getattr(self.runtime.scheduler, "admission", None) if self.runtime is not None else None
-        return int(admission.pending_tokens) if admission is not None else 0
+        return self.runtime.engine.queued_tokens() if self.runtime is not None else 0
 
-    def scheduler_stats(self) -> SchedulerStats:
+    def engine_stats(self) -> SchedulerStats:
         """The live counters, those kept while asleep, or zeros while the model first loads."""
         if self.runtime is not None:
-            return self.runtime.scheduler.stats
+            return self.runtime.engine.stats
         if self.asleep is not None:
             return self.asleep.stats
         return SchedulerStats()

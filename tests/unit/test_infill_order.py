@@ -35,7 +35,7 @@ def _prompt(spm: bool) -> str:
         config=replace(ServerConfig(), spm_infill=spm),
         model=_Vocab(),
         n_ctx_slot=4096,
-        scheduler=SimpleNamespace(slots=[object()]),
+        engine=SimpleNamespace(n_slots=1),
         lora=LoraScales(),
         require_generation=lambda: None,
     )

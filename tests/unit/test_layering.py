@@ -19,6 +19,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "llamaserve"
 
+# What the HTTP side may import of the engine: the front (`EngineClient`), the read-only slot
+# views it hands out, and plain data (requests, events, sampling settings, model protocols,
+# the reasoning budget's settings, the /metrics counters).
+ENGINE_FRONT = {
+    "engine.client",
+    "engine.views",
+    "engine.types",
+    "engine.sampling",
+    "engine.backend",
+    "engine.reasoning_budget",
+    "engine.stats",
+}
+
 # Which of our top-level parts each part may import (its own part is always allowed).
 # "engine.sampling" allows just that module; "engine" allows the whole package.
 ALLOWED: dict[str, set[str]] = {
@@ -40,7 +53,10 @@ ALLOWED: dict[str, set[str]] = {
     "llama": {"engine.types", "engine.sampling", "engine.runner", "engine.backend"},
     "config": {"engine.sampling", "engine.spec_params"},
     "hub": {"config"},
-    "serving": {"engine", "chat", "grammar", "protocol", "errors", "sse", "config", "jsondepth", "outbound"},
+    # serving/ sees the engine through its front (engine.client: generation, calls on the scheduler
+    # thread, slot views, counters, slot files) and the plain data it trades in; never the
+    # scheduler, its KV bookkeeping or its queue.
+    "serving": {*ENGINE_FRONT, "chat", "grammar", "protocol", "errors", "sse", "config", "jsondepth", "outbound"},
     "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools", "outbound"},
     "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale"},
     # Router mode speaks HTTP to child processes of our own server and never imports the engine:
@@ -184,7 +200,9 @@ def violations(package_root: Path) -> list[str]:
             dotted = ".".join(dst_rest)
             if "*" in allowed or any(dotted == a or dotted.startswith(a + ".") for a in allowed):
                 continue
-            out.append(f"{where} ('{src_part}' may not import '{dst_part}')")
+            # Where only some modules of that part are allowed, name the one refused.
+            partly = any(a.startswith(dst_part + ".") for a in allowed)
+            out.append(f"{where} ('{src_part}' may not import '{dotted if partly else dst_part}')")
         elif top in RESTRICTED and src_part not in RESTRICTED[top]:
             out.append(f"{where} ('{top}' is only for {sorted(RESTRICTED[top])})")
     return out
@@ -221,6 +239,73 @@ def cycles(package_root: Path) -> list[list[str]]:
             walk(node)
     assert package  # the graph holds only our package's modules
     return found
+
+
+# The HTTP side must not hold the scheduler, even one an object handed it: an attribute so named,
+# or a getattr() by name of the scheduler or its parts (that is how the prompt cache was reached).
+SCHEDULER_ATTRIBUTES = {"scheduler", "_scheduler"}
+SCHEDULER_PARTS_BY_NAME = {"scheduler", "_scheduler", "kv", "admission", "slots"}
+HTTP_PARTS = ("serving", "api")
+
+
+def _engine_bypasses_in(path: Path, module: str) -> list[str]:
+    out: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute):
+            if node.attr in SCHEDULER_ATTRIBUTES:
+                out.append(f"{module}:{node.lineno}: .{node.attr} (use the engine's front)")
+            # `rt.engine._x`: the front's private parts are the scheduler's by another name.
+            elif node.attr.startswith("_") and isinstance(node.value, ast.Attribute) and node.value.attr == "engine":
+                out.append(f"{module}:{node.lineno}: engine.{node.attr} (a private part of the front)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr"):
+            named = node.args[1] if len(node.args) > 1 else None
+            if isinstance(named, ast.Constant) and named.value in SCHEDULER_PARTS_BY_NAME:
+                out.append(f"{module}:{node.lineno}: {node.func.id}(..., {named.value!r}) (use the engine's front)")
+    return out
+
+
+def engine_bypasses(package_root: Path) -> list[str]:
+    """Places in serving/ and api/ that reach past the engine's front to the scheduler."""
+    out: list[str] = []
+    for part in HTTP_PARTS:
+        for path in sorted((package_root / part).rglob("*.py")):
+            out.extend(_engine_bypasses_in(path, _module_name(path, package_root)))
+    return out
+
+
+def test_serving_and_api_reach_the_engine_only_through_its_front() -> None:
+    assert engine_bypasses(PACKAGE) == []
+
+
+def test_the_front_check_catches_a_route_reaching_the_scheduler(tmp_path: Path) -> None:
+    """Each way the HTTP side once reached the scheduler is reported, by import and by attribute."""
+    pkg = tmp_path / "llamaserve"
+    for sub in ("engine", "engine/kv", "serving", "api"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    for name in ("scheduler", "client", "admission"):
+        (pkg / "engine" / f"{name}.py").write_text("")
+    (pkg / "engine" / "kv" / "slot.py").write_text("Slot = object\n")
+    (pkg / "serving" / "info.py").write_text(
+        "from llamaserve.engine.kv.slot import Slot\n"
+        "from llamaserve.engine.client import EngineClient\n"
+        "def n(rt):\n    return len(rt.scheduler.slots)\n"
+    )
+    (pkg / "serving" / "state.py").write_text(
+        "from llamaserve.engine.scheduler import Scheduler\n"
+        "def q(rt):\n    return getattr(rt.engine, 'admission', None), rt.engine._slot_files\n"
+    )
+    (pkg / "api" / "routes.py").write_text("def busy(rt):\n    return [s.busy for s in rt.scheduler.slots]\n")
+    imports = violations(pkg)
+    assert any("serving.info -> llamaserve.engine.kv.slot" in v for v in imports), imports
+    assert any("serving.state -> llamaserve.engine.scheduler" in v for v in imports), imports
+    assert not any("engine.client" in v for v in imports), imports  # the front itself is allowed
+    reached = engine_bypasses(pkg)
+    assert any(v.startswith("llamaserve.serving.info:4: .scheduler") for v in reached), reached
+    assert any(v.startswith("llamaserve.api.routes:2: .scheduler") for v in reached), reached
+    assert any("getattr(..., 'admission')" in v for v in reached), reached
+    assert any("engine._slot_files" in v for v in reached), reached
 
 
 def test_every_import_follows_the_layering_rules() -> None:

@@ -19,16 +19,22 @@ from llamaserve.serving.state import ServerState
 IDLE = 0.2
 
 
-class FakeScheduler:
+class FakeEngine:
+    """What IdleSleeper touches of the engine's front: the counters it carries over."""
+
     def __init__(self) -> None:
         self.stats = SchedulerStats()
+        self.cache_bytes = 0
+
+    def prompt_cache_bytes(self) -> int:
+        return self.cache_bytes
 
 
 class FakeRuntime:
     """What IdleSleeper touches of a ModelRuntime."""
 
     def __init__(self, close_delay: float = 0.0) -> None:
-        self.scheduler = FakeScheduler()
+        self.engine = FakeEngine()
         self.created = int(time.time())
         self.lora = LoraScales(["adapter.gguf"], [1.0])
         self.closed = threading.Event()
@@ -78,7 +84,8 @@ async def until(predicate: Any, timeout: float = 5.0) -> None:
 def test_falls_asleep_after_idle_and_snapshots_the_views() -> None:
     async def main() -> None:
         first = FakeRuntime()
-        first.scheduler.stats.tokens_predicted_total = 42
+        first.engine.stats.tokens_predicted_total = 42
+        first.engine.cache_bytes = 4096  # /metrics while asleep answers with it
         first.lora.scales = [0.25]  # as POST /lora-adapters left it
         state, sl = make(Loader(), first)
         sl.start()
@@ -86,12 +93,13 @@ def test_falls_asleep_after_idle_and_snapshots_the_views() -> None:
         assert state.runtime is None and first.closed.is_set()
         assert state.asleep is not None
         assert state.asleep.props["is_sleeping"] is True and state.asleep.models["data"][0]["id"] == "m"
+        assert state.prompt_cache_bytes() == 4096 and state.engine_stats().tokens_predicted_total == 42
         sl.begin()
         await sl.awake()
         sl.end()
         rt = state.runtime
         assert isinstance(rt, FakeRuntime) and rt is not first and state.asleep is None
-        assert rt.scheduler.stats.tokens_predicted_total == 42 and rt.created == first.created
+        assert rt.engine.stats.tokens_predicted_total == 42 and rt.created == first.created
         assert rt.lora.scales == [0.25]
 
     asyncio.run(main())

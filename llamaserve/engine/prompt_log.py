@@ -5,7 +5,8 @@ routes) to `<dir>/<milliseconds, 12 digits>.txt` before processing it. We write 
 file, the prompt as the model saw it (special tokens included), and when the request
 ends, its answer after a marker line (each choice's, for n > 1; whatever was generated
 when a client went away). Every generation route goes through the engine client, so
-wrapping it covers them all.
+wrapping it covers them all. It lives beside the client, not in serving/, because it is
+built over the scheduler, which only the engine and the composition root may name.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator
 
 from llamaserve.engine.backend import Vocabulary
 from llamaserve.engine.client import EngineClient
+from llamaserve.engine.kv.files import SlotFiles
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.types import Event, GenerationRequest, TextDelta
 
@@ -37,8 +39,16 @@ def prompt_file(directory: str) -> str:
 class PromptLoggingClient(EngineClient):
     """The engine client, writing each request's prompt and answer to a file."""
 
-    def __init__(self, scheduler: Scheduler, vocab: Vocabulary, directory: str) -> None:
-        super().__init__(scheduler)
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        vocab: Vocabulary,
+        directory: str,
+        *,
+        slot_files: SlotFiles | None = None,
+        persist_slots: bool = False,
+    ) -> None:
+        super().__init__(scheduler, slot_files=slot_files, persist_slots=persist_slots)
         self.vocab = vocab
         self.directory = directory
 
