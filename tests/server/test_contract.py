@@ -22,10 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz_bodies import bodies
+from tests.models.bert import cached_models
 
 from .conftest import RunningServer, start_server, stop_server
 
 DEEP = 10_000
+MINILM_DIMENSIONS = 384  # all-MiniLM-L6-v2's n_embd
 
 
 @pytest.fixture(scope="module")
@@ -253,10 +255,34 @@ def test_unknown_fields_are_ignored(client: openai.OpenAI) -> None:
     assert r.choices[0].message is not None
 
 
-def test_embedding_dimensions_other_than_the_models_are_refused(base_url: str) -> None:
+@pytest.fixture(scope="module")
+def embedding_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """all-MiniLM-L6-v2 (384 dimensions) with --embedding, as test_embeddings_rerank_infill.py starts it."""
+    embed_gguf, _ = cached_models()
+    srv = start_server(
+        ["-m", str(embed_gguf), "--embedding", "-np", "1", "-c", "512"], tmp_path_factory.mktemp("embed")
+    )
+    yield srv
+    stop_server(srv)
+
+
+def test_embedding_dimensions_other_than_the_models_are_refused(embedding_server: RunningServer) -> None:
+    url = f"{embedding_server.url}/v1/embeddings"
+    same = httpx.post(url, json={"input": "hi", "dimensions": MINILM_DIMENSIONS}, timeout=30)
+    assert same.status_code == 200, same.text
+    assert len(same.json()["data"][0]["embedding"]) == MINILM_DIMENSIONS
+    for dimensions in (7, MINILM_DIMENSIONS - 1, MINILM_DIMENSIONS + 1):
+        r = httpx.post(url, json={"input": "hi", "dimensions": dimensions}, timeout=30)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["type"] == "invalid_request_error"
+        assert error["message"].startswith("dimensions:") and f"{MINILM_DIMENSIONS} dimensions" in error["message"]
+
+
+def test_embeddings_on_a_server_started_without_them_are_a_501(base_url: str) -> None:
     r = httpx.post(f"{base_url}/v1/embeddings", json={"input": "hi", "dimensions": 7}, timeout=30)
-    assert r.status_code in (400, 501)  # this server does not embed at all: 501 first
-    assert r.json()["error"]["type"] in ("invalid_request_error", "not_supported_error")
+    assert r.status_code == 501, r.text
+    assert r.json()["error"]["type"] == "not_supported_error"
 
 
 # ------------------------------------------------------------------ fuzzing

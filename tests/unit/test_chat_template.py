@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +19,10 @@ from llamaserve.chat.template import (
     TemplateError,
     normalize_messages,
 )
+from tests.llama_cpp_files import TEMPLATES, read_template, template_names
 
-# The repo is /work/main and the shared test data sits next to it in /work/shared.
-TEMPLATE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "chat-templates"
-TEMPLATE_FILES = sorted(TEMPLATE_DIR.glob("*.jinja"))
+# llama.cpp's template corpus (models/templates), which scripts/bootstrap copies from the sdist.
+TEMPLATE_NAMES = template_names()
 
 # Templates that refuse a system message, with the refusal they give.
 SYSTEM_REJECTING = {"google-gemma-2-2b-it.jinja": "System role not supported"}
@@ -70,7 +69,7 @@ def tool_round_trip() -> list[dict[str, Any]]:
 
 
 def load(name: str, **tokens: str) -> ChatTemplate:
-    return ChatTemplate((TEMPLATE_DIR / name).read_text(encoding="utf-8"), **tokens)
+    return ChatTemplate(read_template(name), **tokens)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,32 +78,32 @@ def load(name: str, **tokens: str) -> ChatTemplate:
 
 
 def test_template_corpus_is_present() -> None:
-    assert TEMPLATE_DIR.is_dir(), f"missing test data: {TEMPLATE_DIR}"
-    assert len(TEMPLATE_FILES) >= 70
+    assert TEMPLATES.is_dir(), f"missing test data: {TEMPLATES} (scripts/bootstrap copies it from the sdist)"
+    assert len(TEMPLATE_NAMES) >= 70
 
 
-@pytest.mark.parametrize("path", TEMPLATE_FILES, ids=lambda p: p.name)
-def test_real_template_renders_basic_conversation(path: Path) -> None:
-    template = ChatTemplate(path.read_text(encoding="utf-8"), bos_token="<s>", eos_token="</s>")
+@pytest.mark.parametrize("name", TEMPLATE_NAMES)
+def test_real_template_renders_basic_conversation(name: str) -> None:
+    chat = load(name, bos_token="<s>", eos_token="</s>")
     conversation = [
         {"role": "system", "content": SYSTEM_TEXT},
         {"role": "user", "content": USER_TEXT},
     ]
     try:
-        prompt = template.render(conversation, add_generation_prompt=True)
+        prompt = chat.render(conversation, add_generation_prompt=True)
     except TemplateError as exc:
         # Only the known system-refusing templates may fail, and with their own clear words.
-        assert path.name in SYSTEM_REJECTING, f"unexpected failure: {exc}"
-        assert exc.message == SYSTEM_REJECTING[path.name]
+        assert name in SYSTEM_REJECTING, f"unexpected failure: {exc}"
+        assert exc.message == SYSTEM_REJECTING[name]
         assert exc.raised_by_template
-        prompt = template.render(conversation[1:], add_generation_prompt=True)
-        assert not template.caps.supports_system_role
+        prompt = chat.render(conversation[1:], add_generation_prompt=True)
+        assert not chat.caps.supports_system_role
     else:
-        assert path.name not in SYSTEM_REJECTING
+        assert name not in SYSTEM_REJECTING
         assert SYSTEM_TEXT in prompt
     assert USER_TEXT in prompt
     # Whatever the template, the capability probes must complete and report plain booleans.
-    caps = template.caps
+    caps = chat.caps
     assert isinstance(caps, TemplateCaps)
     props = caps.to_props()
     assert set(props) == {

@@ -13,17 +13,16 @@ from llamaserve.cli import config_from_args
 from llamaserve.cli.argv import UsageError, parse
 from llamaserve.cli.options import BY_SPELLING, OPTIONS, Opt
 from llamaserve.config import ConfigError
+from tests.llama_cpp_files import server_readme
 
-REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "llama-server-README.md"
 SPELLING = re.compile(r"--?[a-zA-Z][-a-zA-Z0-9.]*")
 # A value each kind of check accepts, so that every flag can be given once.
 SAMPLE_VALUES = ("1", "q8_0", "on", "none", "auto", "0-1", "ff", "distribute", "x=int:1")
 
 
 def reference_spellings() -> list[str]:
-    assert REFERENCE.is_file(), f"{REFERENCE} is missing (../shared sits beside the repository)"
     out: list[str] = []
-    for line in REFERENCE.read_text(encoding="utf-8").splitlines():
+    for line in server_readme().splitlines():
         match = re.match(r"\| `([^`]*)`", line)
         if match:
             out += [t for t in re.split(r"[ ,]+", match.group(1)) if SPELLING.fullmatch(t)]
@@ -218,9 +217,16 @@ def test_upstreams_make_a_front_that_loads_no_model(model_file: str) -> None:
         config_from_args(["-m", model_file, "--upstreams", "http://a:8080"], environ={})
 
 
-def test_switching_a_missing_feature_off_is_fine(model_file: str) -> None:
-    args = ["--spec-type", "none", "--no-mmproj", "--no-agent", "--no-cache-idle-slots", "--no-models-autoload"]
-    config_from_args(["-m", model_file, *args], environ={})
+def test_switching_features_off_reaches_the_config(model_file: str) -> None:
+    on = ["--spec-type", "ngram-simple", "--agent"]
+    cfg = config_from_args(["-m", model_file, *on], environ={})
+    assert (cfg.spec.types, cfg.tools, cfg.ui_mcp_proxy) == (("ngram-simple",), ("all",), True)
+    assert (cfg.mmproj_auto, cfg.cache_idle_slots, cfg.models_autoload) == (True, True, True)  # the defaults
+    # The later flag wins, as in llama-server: each of these turns its feature off again.
+    off = ["--spec-type", "none", "--no-agent", "--no-mmproj", "--no-cache-idle-slots", "--no-models-autoload"]
+    cfg = config_from_args(["-m", model_file, *on, *off], environ={})
+    assert (cfg.spec.types, cfg.tools, cfg.ui_mcp_proxy) == ((), (), False)
+    assert (cfg.mmproj_auto, cfg.cache_idle_slots, cfg.models_autoload) == (False, False, False)
 
 
 def test_removed_flags_say_what_replaced_them(model_file: str) -> None:

@@ -18,7 +18,7 @@ from llamaserve.hub.cache import (
 from llamaserve.hub.errors import DownloadError
 from llamaserve.hub.hf import file_url, hub_endpoint
 from llamaserve.hub.progress import MIB, ProgressBar
-from llamaserve.hub.select import parse_repo, pick_files, split_parts
+from llamaserve.hub.select import RepoSpec, parse_repo, pick_files, split_parts
 
 LISTING = [
     "README.md",
@@ -33,10 +33,12 @@ LISTING = [
 
 
 def test_parse_repo() -> None:
-    assert parse_repo("ggml-org/gemma-3-1b-it-GGUF:Q8_0") == parse_repo("ggml-org/gemma-3-1b-it-GGUF:Q8_0")
+    # Surrounding blanks go; the tag is kept as written (pick_files matches it ignoring case).
+    assert parse_repo(" ggml-org/gemma-3-1b-it-GGUF:Q8_0\n") == RepoSpec("ggml-org/gemma-3-1b-it-GGUF", "Q8_0")
     spec = parse_repo("user/model.v2-GGUF:q4_k_m")
     assert (spec.repo, spec.tag) == ("user/model.v2-GGUF", "q4_k_m")
-    assert parse_repo("user/model").tag is None and parse_repo("user/model:latest").tag is None
+    assert parse_repo("user/model") == parse_repo("user/model:latest") == parse_repo("user/model:LATEST")
+    assert parse_repo("user/model") == RepoSpec("user/model", None)
     for bad in ("model", "a/b/c", "user/model:", "/model", "user/"):
         with pytest.raises(DownloadError, match="<user>/<model>"):
             parse_repo(bad)

@@ -4,7 +4,6 @@ open the thinking block themselves, and streaming that equals the one-shot split
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,7 @@ from llamaserve.chat.reasoning import (
     template_opens_thinking,
 )
 from llamaserve.chat.tools import fold
-
-TEMPLATES = Path("/work/shared/testdata/chat-templates")
+from tests.llama_cpp_files import read_template
 
 
 def stream_split(text: str, pieces: list[str], **kw: object) -> tuple[str, str]:
@@ -155,12 +153,11 @@ OPENS = {
 }
 
 
-@pytest.mark.skipif(not TEMPLATES.is_dir(), reason="chat-template corpus not found")
 @pytest.mark.parametrize(("template", "expected"), sorted(OPENS.items()))
 def test_template_opens_thinking_on_real_templates(template: str, expected: bool) -> None:
     from llamaserve.chat.template import ChatTemplate
 
-    t = ChatTemplate((TEMPLATES / template).read_text(), bos_token="<s>", eos_token="</s>")
+    t = ChatTemplate(read_template(template), bos_token="<s>", eos_token="</s>")
     prompt = t.generation_prompt([{"role": "user", "content": "Hi"}])
     assert template_opens_thinking(prompt) is expected, prompt
     if template == "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja":

@@ -1,7 +1,7 @@
 """Tool-call formats (llamaserve.chat.tools): parsing, streaming, robustness, grammars, detection.
 
 - every family parses real-looking model output (hand-written from each template's syntax) and
-  the assistant turns the real templates in ../shared/testdata/chat-templates render;
+  the assistant turns the real templates of llama.cpp's corpus (tests/llama_cpp_files.py) render;
 - streaming at every split point accumulates to exactly what parse() returns;
 - adversarial content (R23/R24 of bad-inputs.md) stays content, cut-off calls are not healed;
 - grammars for auto / required / named with two tools are accepted by llama.cpp (when the
@@ -12,12 +12,10 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,10 +33,7 @@ from llamaserve.chat.tools import (
 )
 from llamaserve.chat.tools._grammar import prefix_rules, rename_refs, split_rules
 from tests.gbnf_check import parse_gbnf
-
-TEMPLATES = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "chat-templates"
-if not TEMPLATES.is_dir():
-    TEMPLATES = Path("/work/shared/testdata/chat-templates")
+from tests.llama_cpp_files import TEMPLATES, read_template, template_names
 
 WEATHER = {
     "type": "function",
@@ -1059,14 +1054,11 @@ EXPECTED_FORMAT = {
     "upstage-Solar-Open-100B.jinja": "solar_open",
 }
 
-needs_templates = pytest.mark.skipif(not TEMPLATES.is_dir(), reason="chat-template corpus not found")
 
-
-@needs_templates
 def test_detect_format_on_all_templates() -> None:
-    names = sorted(os.listdir(TEMPLATES))
-    assert len(names) == len(EXPECTED_FORMAT)
-    got = {n: detect_format((TEMPLATES / n).read_text()).name for n in names}
+    names = template_names()
+    assert len(names) == len(EXPECTED_FORMAT), f"{len(names)} templates in {TEMPLATES}"
+    got = {n: detect_format(read_template(n)).name for n in names}
     assert got == EXPECTED_FORMAT
 
 
@@ -1172,10 +1164,9 @@ NO_CALL_RENDERING = {
 }
 
 
-@needs_templates
 @pytest.mark.parametrize("template", sorted(set(EXPECTED_FORMAT) - NO_CALL_RENDERING))
 def test_template_rendered_calls_parse_back(template: str) -> None:
-    source = (TEMPLATES / template).read_text()
+    source = read_template(template)
     fmt = detect_format(source)
     for calls in ([W, S], [W]):
         rendered = rendered_assistant_turn(source, calls)
