@@ -61,16 +61,15 @@ def anthropic_routes(state: ServerState) -> APIRouter:
         rt = runtime_of(state)
         req = await read_json(request, MessagesRequest)
         jobs = await chat.chat_request(rt, to_chat_request(req))
-        tap = msgs.FinishTap(rt.engine)
         if req.stream:
-            events = generate.stream(rt.engine, jobs)
+            events = generate.stream(rt.engine, jobs.requests)
             return await stream_events(
-                request, events, lambda ev: msgs.message_stream(rt, req, jobs, tap, ev), error_frame=msgs.error_event
+                request, events, lambda ev: msgs.message_stream(rt, req, jobs, ev), error_frame=msgs.error_event
             )
-        body = await until_disconnect(request, msgs.create_message(rt, req, jobs, tap))
-        fin = tap.finished.get(0)
-        if fin is not None:
-            note_tokens(request, fin.n_prompt_tokens, fin.n_cached, fin.n_predicted)
+        body = await until_disconnect(request, msgs.create_message(rt, req, jobs))
+        used = body["usage"]
+        cached = used["cache_read_input_tokens"]
+        note_tokens(request, used["input_tokens"] + cached, cached, used["output_tokens"])
         return JSONUTF8Response(body)
 
     @router.post("/v1/messages/count_tokens")

@@ -23,6 +23,7 @@ from llamaserve.errors import APIError
 from llamaserve.protocol.embedding import EmbeddingRequest
 from llamaserve.protocol.openai import ChatCompletionRequest, CompletionRequest
 from llamaserve.serving import chat, completion, embedding, generate, transcriptions
+from llamaserve.serving.jobs import wants_verbose
 from llamaserve.serving.state import ServerState
 
 
@@ -36,7 +37,7 @@ def openai_routes(state: ServerState) -> APIRouter:
         req = await read_json(request, ChatCompletionRequest)
         jobs = await chat.chat_request(rt, req)
         if req.stream:
-            events = generate.stream(rt.engine, jobs)
+            events = generate.stream(rt.engine, jobs.requests)
             return await stream_events(request, events, lambda ev: chat.chat_stream(rt, req, jobs, ev))
         return with_usage(request, await until_disconnect(request, chat.chat_complete(rt, jobs)))
 
@@ -59,7 +60,7 @@ def openai_routes(state: ServerState) -> APIRouter:
                 raise APIError("streaming supports a single prompt")
             events = generate.stream(rt.engine, groups[0])
             return await stream_events(request, events, lambda ev: completion.oai_stream(rt, req, groups[0], ev))
-        answer = completion.oai_complete(rt, groups, verbose=completion.wants_verbose(rt, req))
+        answer = completion.oai_complete(rt, groups, verbose=wants_verbose(rt, req))
         return with_usage(request, await until_disconnect(request, answer))
 
     @router.post("/v1/embeddings")
@@ -78,7 +79,7 @@ def openai_routes(state: ServerState) -> APIRouter:
         req, stream = transcriptions.transcription_request(rt, fields, audio)
         jobs = await chat.chat_request(rt, req)
         if stream:
-            events = generate.stream(rt.engine, jobs)
+            events = generate.stream(rt.engine, jobs.requests)
             return await stream_events(request, events, lambda ev: transcriptions.transcribe_stream(rt, jobs, ev))
         return JSONUTF8Response(await until_disconnect(request, transcriptions.transcribe(rt, jobs)))
 

@@ -42,7 +42,7 @@ def responses_routes(state: ServerState) -> APIRouter:
             return await response_state.remember(store, req, body)
 
         if req.stream:
-            events = generate.stream(rt.engine, jobs)
+            events = generate.stream(rt.engine, jobs.requests)
             return await stream_events(
                 request, events, lambda ev: resp.response_stream(rt, req, jobs, ev, on_final=keep)
             )

@@ -1,4 +1,6 @@
-"""OpenAI chat completions: messages → template → engine → chat JSON or chunks."""
+"""The chat pipeline: messages → template → engine → a typed answer (`ChatResult`) or a stream
+of `ChatChunk`s, which OpenAI chat completions shape here and the Anthropic Messages and
+Responses adapters shape their own way, without going through OpenAI's JSON."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from llamaserve.chat.parsed import (
@@ -14,6 +16,7 @@ from llamaserve.chat.parsed import (
     ParsedMessage,
     ParseEvent,
     ReasoningDelta,
+    ToolCall,
     ToolCallArgsDelta,
     ToolCallStart,
 )
@@ -27,7 +30,9 @@ from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.protocol.openai import ChatCompletionRequest, ChatMessage
 from llamaserve.serving import generate, logprobs, media
-from llamaserve.serving.completion import build_request, choices, progress_fields, verbose_body, wants_verbose
+from llamaserve.serving.completion import verbose_body
+from llamaserve.serving.generate import Usage, progress_fields
+from llamaserve.serving.jobs import build_request, choices, request_sampling, wants_verbose
 from llamaserve.serving.params import prompt_tokens, stop_strings
 from llamaserve.serving.prefill import split_prefill
 from llamaserve.serving.runtime import ModelRuntime
@@ -153,20 +158,14 @@ class ChatPlan:
         return parsed, truncated
 
 
-class ChatJobs(list[GenerationRequest]):
-    """The n choices of one chat request, plus how to parse their text.
+@dataclass(frozen=True)
+class ChatJobs:
+    """The n choices of one chat request, how to parse their text, and whether the OpenAI
+    answer carries `__verbose` (the first choice's native answer)."""
 
-    verbose: the answer carries `__verbose` (the first choice's native answer).
-    """
-
-    def __init__(self, jobs: list[GenerationRequest], plan: ChatPlan, verbose: bool = False) -> None:
-        super().__init__(jobs)
-        self.plan = plan
-        self.verbose = verbose
-
-
-def _plan_of(jobs: list[GenerationRequest]) -> ChatPlan:
-    return jobs.plan if isinstance(jobs, ChatJobs) else ChatPlan()
+    requests: list[GenerationRequest]
+    plan: ChatPlan
+    verbose: bool = False
 
 
 def _reasoning_format(rt: ModelRuntime, req: ChatCompletionRequest) -> str:
@@ -254,12 +253,11 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
         tokens = await media.tokenize(rt, prompt, blobs, media_refs, add_special=_adds_bos(rt, prompt))
     else:
         tokens = chat_tokens(rt, prompt)
-    job = build_request(rt, req, tokens, n_predict=limit, stop=list(stops), grammar=grammar, n_probs=n_probs)
-    if triggers:
-        job = replace(job, sampling=replace(job.sampling, grammar_triggers=tuple(triggers)))
-    budget = _reasoning_budget(rt, req, plan, constrained=bool(job.sampling.grammar))
-    if budget is not None:
-        job = replace(job, reasoning_budget=budget)
+    sampling = request_sampling(rt, req, grammar=grammar, grammar_triggers=tuple(triggers))
+    budget = _reasoning_budget(rt, req, plan, constrained=bool(sampling.grammar))
+    job = build_request(
+        rt, req, tokens, n_predict=limit, stop=list(stops), sampling=sampling, n_probs=n_probs, reasoning_budget=budget
+    )
     return ChatJobs(choices(rt, job, req.n), plan, wants_verbose(rt, req))
 
 
@@ -280,6 +278,32 @@ def _reasoning_budget(
     return ReasoningBudgetSpec(budget=budget, close_tokens=tuple(tokens), opened_by_prompt=plan.reasoning_open)
 
 
+@dataclass(frozen=True)
+class ChatChoice:
+    """One answer of a chat request, parsed: its tool calls carry their ids."""
+
+    message: ParsedMessage
+    finish_reason: str  # OpenAI's: stop | length | tool_calls
+    finished: Finished  # the engine's last event: stop type, matched stop word, tokens, timings
+    logprobs: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """A whole chat answer, for any API family to shape."""
+
+    choices: list[ChatChoice]
+    usage: Usage
+    timings: dict[str, Any]  # the first choice's, where llama-server puts them
+    verbose: dict[str, Any] | None  # `__verbose` when asked: the first choice's native answer
+
+
+def _with_ids(parsed: ParsedMessage) -> ParsedMessage:
+    """The calls' ids fixed once, so every family that shapes the answer gives the same ones."""
+    calls = [ToolCall(c.name, c.arguments, c.id or new_tool_call_id()) for c in parsed.tool_calls]
+    return ParsedMessage(content=parsed.content, reasoning=parsed.reasoning, tool_calls=calls)
+
+
 def _message(parsed: ParsedMessage) -> dict[str, Any]:
     msg: dict[str, Any] = {
         "role": "assistant",
@@ -289,11 +313,7 @@ def _message(parsed: ParsedMessage) -> dict[str, Any]:
         msg["reasoning_content"] = parsed.reasoning
     if parsed.tool_calls:
         msg["tool_calls"] = [
-            {
-                "id": call.id or new_tool_call_id(),
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
             for call in parsed.tool_calls
         ]
     return msg
@@ -325,26 +345,34 @@ def _logprobs(rt: ModelRuntime, job: GenerationRequest, items: list[Any]) -> dic
     )
 
 
-async def chat_complete(rt: ModelRuntime, jobs: list[GenerationRequest]) -> dict[str, Any]:
-    results = await generate.complete(rt.engine, jobs)
-    plan = _plan_of(jobs)
+async def chat_result(rt: ModelRuntime, jobs: ChatJobs) -> ChatResult:
+    """Run a chat request's choices to the end and parse each answer."""
+    results = await generate.complete(rt.engine, jobs.requests)
+    out: list[ChatChoice] = []
+    for job, r in zip(jobs.requests, results):
+        parsed, truncated = jobs.plan.parse(r.text) if jobs.plan.parses else (ParsedMessage(content=r.text), False)
+        parsed = _with_ids(parsed)
+        reason = _finish_reason(r.done, parsed, truncated)
+        out.append(ChatChoice(parsed, reason, r.done, _logprobs(rt, job, r.logprobs)))
+    verbose = verbose_body(rt, jobs.requests[0], results[0]) if jobs.verbose else None
+    return ChatResult(out, Usage.of([r.done for r in results]), results[0].done.timings.to_json(), verbose)
+
+
+def openai_body(rt: ModelRuntime, result: ChatResult) -> dict[str, Any]:
     body = _envelope(rt, "chat.completion")
-    body["choices"] = []
-    for i, (job, r) in enumerate(zip(jobs, results)):
-        parsed, truncated = plan.parse(r.text) if plan.parses else (ParsedMessage(content=r.text), False)
-        body["choices"].append(
-            {
-                "index": i,
-                "message": _message(parsed),
-                "logprobs": _logprobs(rt, job, r.logprobs),
-                "finish_reason": _finish_reason(r.done, parsed, truncated),
-            }
-        )
-    body["usage"] = generate.usage([r.done for r in results])
-    if getattr(jobs, "verbose", False):
-        body["__verbose"] = verbose_body(rt, jobs[0], results[0])
-    body["timings"] = results[0].done.timings.to_json()
+    body["choices"] = [
+        {"index": i, "message": _message(c.message), "logprobs": c.logprobs, "finish_reason": c.finish_reason}
+        for i, c in enumerate(result.choices)
+    ]
+    body["usage"] = result.usage.openai()
+    if result.verbose is not None:
+        body["__verbose"] = result.verbose
+    body["timings"] = result.timings
     return body
+
+
+async def chat_complete(rt: ModelRuntime, jobs: ChatJobs) -> dict[str, Any]:
+    return openai_body(rt, await chat_result(rt, jobs))
 
 
 @dataclass
@@ -353,8 +381,8 @@ class ChatChunk:
 
     delta keys: role, content, reasoning_content, tool_calls (OpenAI's shape).
     The final chunk of a choice has finish_reason and timings (and `finished`, the
-    engine's last event); after all choices finish, one chunk with usage, the first
-    choice's timings and index -1 closes the stream. `extra` holds llama-server's
+    engine's last event: its stop type and matched stop word); after all choices finish,
+    one chunk with usage, the first choice's timings and index -1 closes the stream. `extra` holds llama-server's
     streaming additions (`prompt_progress`, per-token `timings`), top-level fields
     of the chunk. Other API families (Anthropic Messages, Responses) re-shape these.
     """
@@ -364,7 +392,7 @@ class ChatChunk:
     logprobs: dict[str, Any] | None = None
     finish_reason: str | None = None
     timings: dict[str, Any] | None = None
-    usage: dict[str, Any] | None = None
+    usage: Usage | None = None
     finished: Finished | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -399,12 +427,12 @@ def _deltas(events: list[ParseEvent], ids: dict[int, str]) -> list[dict[str, Any
 
 
 async def chat_chunks(
-    rt: ModelRuntime, jobs: list[GenerationRequest], events: AsyncIterator[tuple[int, TextDelta | Finished]]
+    rt: ModelRuntime, jobs: ChatJobs, events: AsyncIterator[tuple[int, TextDelta | Finished]]
 ) -> AsyncIterator[ChatChunk]:
-    plan = _plan_of(jobs)
-    parsers = [plan.stream_parser() if plan.parses else None for _ in jobs]
-    call_ids: list[dict[int, str]] = [{} for _ in jobs]
-    for i in range(len(jobs)):
+    plan = jobs.plan
+    parsers = [plan.stream_parser() if plan.parses else None for _ in jobs.requests]
+    call_ids: list[dict[int, str]] = [{} for _ in jobs.requests]
+    for i in range(len(jobs.requests)):
         yield ChatChunk(i, {"role": "assistant", "content": None})
     finished: dict[int, Finished] = {}
     async for index, event in events:
@@ -413,7 +441,7 @@ async def chat_chunks(
             if event.progress is not None:
                 yield ChatChunk(index, {}, extra=progress_fields(event))
                 continue
-            lp = _logprobs(rt, jobs[index], event.logprobs)
+            lp = _logprobs(rt, jobs.requests[index], event.logprobs)
             extra = progress_fields(event)
             if parser is None:
                 if event.text or event.logprobs:
@@ -437,26 +465,24 @@ async def chat_chunks(
             yield ChatChunk(index, {}, None, reason, event.timings.to_json(), finished=event)
     if finished:
         first = finished[min(finished)]
-        yield ChatChunk(
-            -1, usage=generate.usage([finished[i] for i in sorted(finished)]), timings=first.timings.to_json()
-        )
+        yield ChatChunk(-1, usage=Usage.of([finished[i] for i in sorted(finished)]), timings=first.timings.to_json())
 
 
 async def chat_stream(
     rt: ModelRuntime,
     req: ChatCompletionRequest,
-    jobs: list[GenerationRequest],
+    jobs: ChatJobs,
     events: AsyncIterator[tuple[int, TextDelta | Finished]],
 ) -> AsyncIterator[bytes]:
     envelope = _envelope(rt, "chat.completion.chunk")
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    verbose = getattr(jobs, "verbose", False)
-    texts = ["" for _ in jobs]
+    texts = ["" for _ in jobs.requests]
     async for chunk in chat_chunks(rt, jobs, events):
         if chunk.index < 0:
             if include_usage:
                 # llama-server puts the timings on the stream's last chunk
-                yield data_event({**envelope, "choices": [], "usage": chunk.usage, "timings": chunk.timings})
+                usage = chunk.usage.openai() if chunk.usage is not None else None
+                yield data_event({**envelope, "choices": [], "usage": usage, "timings": chunk.timings})
             continue
         texts[chunk.index] += str(chunk.delta.get("content") or "")
         body = {
@@ -473,8 +499,8 @@ async def chat_stream(
         if chunk.timings is not None:
             body["timings"] = chunk.timings
         body.update(chunk.extra)
-        if verbose and chunk.finished is not None and chunk.index == 0:
+        if jobs.verbose and chunk.finished is not None and chunk.index == 0:
             done = generate.Completion(text=texts[0], finished=chunk.finished)
-            body["__verbose"] = verbose_body(rt, jobs[0], done)
+            body["__verbose"] = verbose_body(rt, jobs.requests[0], done)
         yield data_event(body)
     yield DONE

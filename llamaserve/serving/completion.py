@@ -13,87 +13,17 @@ from typing import Any
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
-from llamaserve.protocol.common import SamplingFields
 from llamaserve.protocol.native import InfillRequest, NativeCompletionRequest
 from llamaserve.protocol.openai import CompletionRequest
 from llamaserve.serving import generate, logprobs, media
+from llamaserve.serving.generate import progress_fields
 from llamaserve.serving.info import spec_types
+from llamaserve.serving.jobs import build_request, choices
 from llamaserve.serving.lazy_grammar import lazy_grammar, settings_fields
-from llamaserve.serving.params import prompt_tokens, sampling_config, split_prompts, stop_strings
+from llamaserve.serving.params import prompt_tokens, split_prompts
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
 from llamaserve.sse import DONE, data_event
-
-
-def build_request(
-    rt: ModelRuntime,
-    req: SamplingFields,
-    tokens: list[int],
-    *,
-    n_predict: int | None,
-    stop: str | list[str] | None,
-    grammar: str | None = None,
-    n_probs: int = -1,
-) -> GenerationRequest:
-    """Engine request from the shared fields; checks the prompt fits a slot."""
-    rt.require_generation()
-    if not tokens:
-        raise APIError("the prompt is empty")
-    if len(tokens) >= rt.n_ctx_slot:
-        raise APIError(
-            f"the request exceeds the available context size ({len(tokens)} tokens, context is "
-            f"{rt.n_ctx_slot}); try increasing it",
-            "exceed_context_size_error",
-            extra={"n_prompt_tokens": len(tokens), "n_ctx": rt.n_ctx_slot},
-        )
-    if req.id_slot is not None and req.id_slot >= rt.engine.n_slots:
-        raise APIError(f"id_slot: there is no slot {req.id_slot}")
-    # llama-server's order: the body's n_predict, then the route's own limit (max_tokens,
-    # max_completion_tokens), then -n.
-    limit = req.n_predict if req.n_predict is not None else n_predict
-    if limit is None:
-        limit = rt.config.n_predict
-    sampling = sampling_config(req, rt.config.sampling, rt.model)
-    if grammar is not None:
-        sampling = replace(sampling, grammar=grammar)
-    return GenerationRequest(
-        prompt_tokens=tokens,
-        sampling=sampling,
-        n_predict=limit,
-        stop=stop_strings(stop, rt.config.reverse_prompts),
-        cache_prompt=rt.config.cache_prompt if req.cache_prompt is None else req.cache_prompt,
-        id_slot=-1 if req.id_slot is None else req.id_slot,
-        t_max_predict_ms=req.t_max_predict_ms or 0,
-        n_indent=req.n_indent or 0,
-        n_keep=rt.config.n_keep if req.n_keep is None else req.n_keep,
-        n_discard=req.n_discard or 0,
-        n_cache_reuse=-1 if req.n_cache_reuse is None else req.n_cache_reuse,
-        lora=rt.lora.for_request(req.lora),
-        n_probs=n_probs,
-        post_sampling_probs=bool(req.post_sampling_probs),
-        timings_per_token=bool(req.timings_per_token),
-        return_progress=bool(req.return_progress),
-        priority=req.priority or 0,
-    )
-
-
-def wants_verbose(rt: ModelRuntime, req: SamplingFields) -> bool:
-    """`__verbose` in OpenAI answers: the request's `verbose`, else on with -v (llama-server's rule)."""
-    return req.verbose if req.verbose is not None else rt.config.log_verbosity > 9
-
-
-def choices(rt: ModelRuntime, job: GenerationRequest, n: int, field: str = "n") -> list[GenerationRequest]:
-    """n choices of one prompt; with a fixed seed each choice gets seed + i so they differ.
-    ``field`` names the count in the error: more choices than slots can never run at once."""
-    if n > rt.engine.n_slots:
-        raise APIError(f"{field}: at most {rt.engine.n_slots} choices (the number of slots)")
-    if n == 1:
-        return [job]
-    seed = job.sampling.seed
-    return [
-        job if i == 0 else replace(job, sampling=replace(job.sampling, seed=(seed + i) if seed >= 0 else -1))
-        for i in range(n)
-    ]
 
 
 def _logit_bias_json(rt: ModelRuntime, sampling: SamplingParams) -> list[dict[str, Any]]:
@@ -246,16 +176,6 @@ def verbose_body(rt: ModelRuntime, job: GenerationRequest, result: generate.Comp
     """The native answer of one choice, for `__verbose`: the prompt as the model saw it."""
     prompt = rt.model.detokenize(job.prompt_tokens, special=True)
     return _native_final(rt, job, 0, result, prompt, False)
-
-
-def progress_fields(event: TextDelta) -> dict[str, Any]:
-    """`prompt_progress` and per-token `timings` of a streamed delta, when it carries them."""
-    out: dict[str, Any] = {}
-    if event.timings is not None:
-        out["timings"] = event.timings.to_json()
-    if event.progress is not None:
-        out["prompt_progress"] = event.progress.to_json()
-    return out
 
 
 async def native_complete(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from llamaserve.engine.client import EngineClient
 from llamaserve.engine.types import Failed, Finished, GenerationRequest, TextDelta, TokenLogprob
@@ -81,13 +82,38 @@ def finish_reason(finished: Finished) -> str:
     return "length" if finished.stop_type == "limit" else "stop"
 
 
+@dataclass(frozen=True)
+class Usage:
+    """Tokens of one request's choices: the prompt counts once, their completions add up.
+    Each API family shapes it its own way."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+    @classmethod
+    def of(cls, finished: list[Finished]) -> Usage:
+        return cls(finished[0].n_prompt_tokens, finished[0].n_cached, sum(f.n_predicted for f in finished))
+
+    def openai(self) -> dict[str, object]:
+        return {
+            "completion_tokens": self.completion_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
 def usage(finished: list[Finished]) -> dict[str, object]:
-    """OpenAI usage; the prompt of n choices counts once, their completions add up."""
-    prompt = finished[0].n_prompt_tokens
-    completion = sum(f.n_predicted for f in finished)
-    return {
-        "completion_tokens": completion,
-        "prompt_tokens": prompt,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": finished[0].n_cached},
-    }
+    """OpenAI usage of a request's finished choices."""
+    return Usage.of(finished).openai()
+
+
+def progress_fields(event: TextDelta) -> dict[str, Any]:
+    """`prompt_progress` and per-token `timings` of a streamed delta, when it carries them."""
+    out: dict[str, Any] = {}
+    if event.timings is not None:
+        out["timings"] = event.timings.to_json()
+    if event.progress is not None:
+        out["prompt_progress"] = event.progress.to_json()
+    return out

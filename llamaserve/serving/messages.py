@@ -1,29 +1,28 @@
 """Anthropic Messages over the chat pipeline.
 
-A Messages request becomes an OpenAI ChatCompletionRequest (messages_request.py),
-runs through chat.chat_complete / chat.chat_chunks, and the OpenAI-shaped result
-is re-shaped here into Anthropic's message and event stream. `FinishTap`
-recovers the engine's stop type (a matched stop string) that the OpenAI-shaped
-results do not carry.
+A Messages request becomes the chat pipeline's request (messages_request.py), runs
+through chat.chat_result / chat.chat_chunks, and their typed answer (the parsed message,
+the engine's stop type and matched stop word, the usage) is shaped here into Anthropic's
+message and event stream.
 """
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
-from llamaserve.engine.client import EngineClient
-from llamaserve.engine.types import Event, Finished, GenerationRequest, TextDelta
+from llamaserve.chat.parsed import ParsedMessage
+from llamaserve.engine.types import Finished, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.protocol.anthropic import CountTokensRequest
 from llamaserve.serving import chat
 from llamaserve.serving.adapters import new_id
-from llamaserve.serving.chat import ChatChunk
+from llamaserve.serving.chat import ChatChunk, ChatJobs, ChatResult
+from llamaserve.serving.generate import Usage
 from llamaserve.serving.messages_request import to_chat_request
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.sse import named_event
@@ -34,42 +33,6 @@ Events = list[tuple[str, dict[str, Any]]]
 
 
 # ------------------------------------------------------------ shared helpers
-class FinishTap:
-    """An engine client that remembers each choice's Finished event.
-
-    chat_complete / chat_chunks report finish_reason only ("stop" or
-    "length"); Anthropic's stop_sequence needs the matched stop string.
-    """
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self.finished: dict[int, Finished] = {}
-
-    async def generate_choices(self, jobs: list[GenerationRequest]) -> AsyncIterator[tuple[int, Event]]:
-        async for index, event in self.engine.generate_choices(jobs):
-            if isinstance(event, Finished):
-                self.finished[index] = event
-            yield index, event
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.engine, name)
-
-    def runtime(self, rt: ModelRuntime) -> ModelRuntime:
-        """rt with this tap as its engine, for functions that take a runtime."""
-        # Duck-typed: generate_choices is ours, everything else is the wrapped client's.
-        return dataclasses.replace(rt, engine=cast(EngineClient, self))
-
-
-async def tapped(
-    events: AsyncIterator[tuple[int, TextDelta | Finished]], tap: FinishTap
-) -> AsyncIterator[tuple[int, TextDelta | Finished]]:
-    """Pass engine events through, remembering Finished ones in tap."""
-    async for index, event in events:
-        if isinstance(event, Finished):
-            tap.finished[index] = event
-        yield index, event
-
-
 def parse_arguments(arguments: Any) -> dict[str, Any]:
     """Tool-call arguments (a JSON object as text) as a dict."""
     if isinstance(arguments, dict):
@@ -103,50 +66,36 @@ def stop_reason(
     return "end_turn", None
 
 
-def usage(oai: dict[str, Any]) -> dict[str, int]:
+def usage(used: Usage | None) -> dict[str, int]:
     """Anthropic usage: input_tokens excludes the part read from the prompt cache."""
-    prompt = int(oai.get("prompt_tokens", 0))
-    cached = int((oai.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
+    if used is None:
+        used = Usage(0, 0, 0)
     return {
-        "input_tokens": prompt - cached,
-        "output_tokens": int(oai.get("completion_tokens", 0)),
+        "input_tokens": used.prompt_tokens - used.cached_tokens,
+        "output_tokens": used.completion_tokens,
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": cached,
+        "cache_read_input_tokens": used.cached_tokens,
     }
 
 
-def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """An OpenAI assistant message as Anthropic content blocks: thinking, text, tool_use."""
+def content_blocks(message: ParsedMessage) -> list[dict[str, Any]]:
+    """An assistant message as Anthropic content blocks: thinking, text, tool_use."""
     blocks: list[dict[str, Any]] = []
-    reasoning = message.get("reasoning_content")
-    if reasoning:
-        blocks.append({"type": "thinking", "thinking": reasoning, "signature": thinking_signature(reasoning)})
-    text = message.get("content")
-    calls = message.get("tool_calls") or []
-    if text or not calls:
-        blocks.append({"type": "text", "text": text or ""})
-    for call in calls:
-        function = call.get("function") or {}
+    if message.reasoning:
         blocks.append(
-            {
-                "type": "tool_use",
-                "id": call.get("id") or new_id("toolu_"),
-                "name": function.get("name", ""),
-                "input": parse_arguments(function.get("arguments")),
-            }
+            {"type": "thinking", "thinking": message.reasoning, "signature": thinking_signature(message.reasoning)}
         )
+    if message.content or not message.tool_calls:
+        blocks.append({"type": "text", "text": message.content})
+    for call in message.tool_calls:
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": parse_arguments(call.arguments)})
     return blocks
 
 
-def message_body(
-    model: str, chat_body: dict[str, Any], finished: Finished | None, stops: list[str] | None, msg_id: str | None = None
-) -> dict[str, Any]:
-    choice = chat_body["choices"][0]
-    message = choice.get("message") or {}
-    blocks = content_blocks(message)
-    reason, sequence = stop_reason(
-        choice.get("finish_reason"), finished, stops, any(b["type"] == "tool_use" for b in blocks)
-    )
+def message_body(model: str, result: ChatResult, stops: list[str] | None, msg_id: str | None = None) -> dict[str, Any]:
+    choice = result.choices[0]
+    blocks = content_blocks(choice.message)
+    reason, sequence = stop_reason(choice.finish_reason, choice.finished, stops, bool(choice.message.tool_calls))
     return {
         "id": msg_id or new_id("msg_"),
         "type": "message",
@@ -155,15 +104,12 @@ def message_body(
         "content": blocks,
         "stop_reason": reason,
         "stop_sequence": sequence,
-        "usage": usage(chat_body.get("usage") or {}),
+        "usage": usage(result.usage),
     }
 
 
-async def create_message(
-    rt: ModelRuntime, req: CountTokensRequest, jobs: list[GenerationRequest], tap: FinishTap
-) -> dict[str, Any]:
-    body = await chat.chat_complete(tap.runtime(rt), jobs)
-    return message_body(rt.alias, body, tap.finished.get(0), req.stop_sequences)
+async def create_message(rt: ModelRuntime, req: CountTokensRequest, jobs: ChatJobs) -> dict[str, Any]:
+    return message_body(rt.alias, await chat.chat_result(rt, jobs), req.stop_sequences)
 
 
 async def count_tokens(rt: ModelRuntime, req: CountTokensRequest) -> dict[str, int]:
@@ -244,11 +190,11 @@ class MessageStream:
     def _kind_open(self, kind: str) -> bool:
         return self.open is not None and self.blocks[self.open]["type"] == kind
 
-    def feed(self, chunk: ChatChunk, finished: Finished | None = None) -> Events:
+    def feed(self, chunk: ChatChunk) -> Events:
         if self.done:
             return []
         if chunk.index < 0:
-            return self.finish(chunk.usage or {})
+            return self.finish(chunk.usage)
         if chunk.index != 0:
             return []  # Messages has one choice
         out: Events = []
@@ -271,7 +217,7 @@ class MessageStream:
             out += self._tool_delta(call)
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
-            self.finished = finished
+            self.finished = chunk.finished
             out += self._close()
             if not self.blocks:
                 # An empty answer is still one (empty) text block, as in the non-streamed message.
@@ -301,7 +247,7 @@ class MessageStream:
             out.append(self._delta(index, {"type": "input_json_delta", "partial_json": fragment}))
         return out
 
-    def finish(self, oai_usage: dict[str, Any]) -> Events:
+    def finish(self, used: Usage | None) -> Events:
         """message_delta (stop reason, cumulative usage) and message_stop."""
         if self.done:
             return []
@@ -316,7 +262,7 @@ class MessageStream:
                 {
                     "type": "message_delta",
                     "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                    "usage": usage(oai_usage),
+                    "usage": usage(used),
                 },
             )
         )
@@ -325,28 +271,25 @@ class MessageStream:
 
 
 async def message_events(
-    stream: MessageStream, chunks: AsyncIterator[ChatChunk], tap: FinishTap | None = None
+    stream: MessageStream, chunks: AsyncIterator[ChatChunk]
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     for event in stream.start():
         yield event
     async for chunk in chunks:
-        finished = tap.finished.get(chunk.index) if tap is not None else None
-        for event in stream.feed(chunk, finished):
+        for event in stream.feed(chunk):
             yield event
-    for event in stream.finish({}):
+    for event in stream.finish(None):
         yield event
 
 
 async def message_stream(
     rt: ModelRuntime,
     req: CountTokensRequest,
-    jobs: list[GenerationRequest],
-    tap: FinishTap,
+    jobs: ChatJobs,
     events: AsyncIterator[tuple[int, TextDelta | Finished]],
 ) -> AsyncIterator[bytes]:
-    stream = MessageStream(rt.alias, len(jobs[0].prompt_tokens), req.stop_sequences)
-    chunks = chat.chat_chunks(rt, jobs, tapped(events, tap))
-    async for name, data in message_events(stream, chunks, tap):
+    stream = MessageStream(rt.alias, len(jobs.requests[0].prompt_tokens), req.stop_sequences)
+    async for name, data in message_events(stream, chat.chat_chunks(rt, jobs, events)):
         yield named_event(name, data)
 
 

@@ -1,8 +1,8 @@
 """OpenAI Responses over the chat pipeline: the answer side.
 
-The request becomes a chat request in serving/responses_input.py. The
-OpenAI-shaped chat result is re-shaped here into a Response object or the
-Responses event stream (sequence_number on every event).
+The request becomes a chat request in serving/responses_input.py. The chat
+pipeline's typed answer (`ChatResult`, or its `ChatChunk`s) is shaped here into a
+Response object or the Responses event stream (sequence_number on every event).
 
 A request that continues a stored response (previous_response_id) gets
 the stored conversation as `history` items in front of its own input; the
@@ -16,12 +16,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
+from llamaserve.chat.parsed import ParsedMessage
+from llamaserve.engine.types import Finished, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.protocol.responses import ResponsesRequest
 from llamaserve.serving import chat
 from llamaserve.serving.adapters import new_id
-from llamaserve.serving.chat import ChatChunk
+from llamaserve.serving.chat import ChatChunk, ChatJobs
+from llamaserve.serving.generate import Usage
 from llamaserve.serving.responses_input import to_chat_request
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.sse import named_event
@@ -31,14 +33,13 @@ TokenCounter = Callable[[str], int]
 
 
 # --------------------------------------------------------------- response
-def usage(oai: dict[str, Any], reasoning_tokens: int = 0) -> dict[str, Any]:
-    prompt = int(oai.get("prompt_tokens", 0))
-    completion = int(oai.get("completion_tokens", 0))
+def usage(used: Usage | None, reasoning_tokens: int = 0) -> dict[str, Any]:
+    if used is None:
+        used = Usage(0, 0, 0)
+    prompt, completion = used.prompt_tokens, used.completion_tokens
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {
-            "cached_tokens": int((oai.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
-        },
+        "input_tokens_details": {"cached_tokens": used.cached_tokens},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": min(reasoning_tokens, completion)},
         "total_tokens": prompt + completion,
@@ -111,7 +112,7 @@ def finish(
     body: dict[str, Any],
     output: list[dict[str, Any]],
     finish_reason: str | None,
-    oai_usage: dict[str, Any],
+    used: Usage | None,
     reasoning_tokens: int = 0,
 ) -> dict[str, Any]:
     """body completed with its outcome; truncation makes it 'incomplete'."""
@@ -121,7 +122,7 @@ def finish(
         status="incomplete" if incomplete else "completed",
         output=output,
         incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
-        usage=usage(oai_usage, reasoning_tokens),
+        usage=usage(used, reasoning_tokens),
     )
     body["output_text"] = "".join(
         part["text"]
@@ -133,29 +134,16 @@ def finish(
     return body
 
 
-def output_items(message: dict[str, Any], finish_reason: str | None) -> list[dict[str, Any]]:
-    """An OpenAI assistant message as Responses output items: reasoning, message, function calls."""
+def output_items(message: ParsedMessage, finish_reason: str | None) -> list[dict[str, Any]]:
+    """An assistant message as Responses output items: reasoning, message, function calls."""
     items: list[dict[str, Any]] = []
     last_status = "incomplete" if finish_reason == "length" else "completed"
-    reasoning = message.get("reasoning_content")
-    if reasoning:
-        items.append(_reasoning_item(new_id("rs_"), reasoning, "completed"))
-    text = message.get("content")
-    calls = message.get("tool_calls") or []
-    if text or not calls:
-        items.append(_message_item(new_id("msg_"), text or "", "completed"))
-    for call in calls:
-        function = call.get("function") or {}
-        arguments = function.get("arguments")
-        items.append(
-            _call_item(
-                new_id("fc_"),
-                call.get("id") or new_id("call_"),
-                function.get("name", ""),
-                arguments if isinstance(arguments, str) else "{}",
-                "completed",
-            )
-        )
+    if message.reasoning:
+        items.append(_reasoning_item(new_id("rs_"), message.reasoning, "completed"))
+    if message.content or not message.tool_calls:
+        items.append(_message_item(new_id("msg_"), message.content, "completed"))
+    for call in message.tool_calls:
+        items.append(_call_item(new_id("fc_"), call.id, call.name, call.arguments, "completed"))
     if items:
         items[-1]["status"] = last_status
     return items
@@ -168,16 +156,15 @@ def _token_counter(rt: ModelRuntime) -> TokenCounter:
     return count
 
 
-async def create_response(rt: ModelRuntime, req: ResponsesRequest, jobs: list[GenerationRequest]) -> dict[str, Any]:
-    body = await chat.chat_complete(rt, jobs)
-    choice = body["choices"][0]
-    message = choice.get("message") or {}
-    reasoning_tokens = _token_counter(rt)(message.get("reasoning_content") or "")
+async def create_response(rt: ModelRuntime, req: ResponsesRequest, jobs: ChatJobs) -> dict[str, Any]:
+    result = await chat.chat_result(rt, jobs)
+    choice = result.choices[0]
+    reasoning_tokens = _token_counter(rt)(choice.message.reasoning)
     return finish(
         envelope(rt.alias, req),
-        output_items(message, choice.get("finish_reason")),
-        choice.get("finish_reason"),
-        body.get("usage") or {},
+        output_items(choice.message, choice.finish_reason),
+        choice.finish_reason,
+        result.usage,
         reasoning_tokens,
     )
 
@@ -323,7 +310,7 @@ class ResponseStream:
         if self.done:
             return []
         if chunk.index < 0:
-            return self.finish(chunk.usage or {})
+            return self.finish(chunk.usage)
         if chunk.index != 0:
             return []
         out: Events = []
@@ -394,13 +381,13 @@ class ResponseStream:
             )
         return out
 
-    def finish(self, oai_usage: dict[str, Any]) -> Events:
+    def finish(self, used: Usage | None) -> Events:
         if self.done:
             return []
         out = self._close("incomplete" if self.finish_reason == "length" else "completed")
         self.done = True
         reasoning = "".join(item["content"][0]["text"] for item in self.output if item["type"] == "reasoning")
-        final = finish(self.body, self.output, self.finish_reason, oai_usage, self.count_tokens(reasoning))
+        final = finish(self.body, self.output, self.finish_reason, used, self.count_tokens(reasoning))
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         out.append(self._event(kind, response=final))
         return out
@@ -432,7 +419,7 @@ async def response_events(
         for event in stream.fail(exc):
             yield event
         return
-    for event in stream.finish({}):
+    for event in stream.finish(None):
         yield event
 
 
@@ -442,7 +429,7 @@ FinalHook = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 async def response_stream(
     rt: ModelRuntime,
     req: ResponsesRequest,
-    jobs: list[GenerationRequest],
+    jobs: ChatJobs,
     events: AsyncIterator[tuple[int, TextDelta | Finished]],
     on_final: FinalHook | None = None,
 ) -> AsyncIterator[bytes]:

@@ -83,7 +83,7 @@ def _usage(finished: Finished) -> dict[str, Any]:
 
 
 async def transcribe(rt: ModelRuntime, jobs: chat.ChatJobs) -> dict[str, Any]:
-    results = await generate.complete(rt.engine, jobs)
+    results = await generate.complete(rt.engine, jobs.requests)
     return {"type": "transcript.text.done", "text": results[0].text, "usage": _usage(results[0].done)}
 
 

@@ -6,6 +6,7 @@ tests/server/test_anthropic.py runs the SDK against the real server.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -13,10 +14,12 @@ import anthropic
 import httpx2
 import pytest
 
+from llamaserve.chat.parsed import ParsedMessage, ToolCall
 from llamaserve.engine.types import Finished, Timings
 from llamaserve.errors import APIError
 from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
-from llamaserve.serving.chat import ChatChunk
+from llamaserve.serving.chat import ChatChoice, ChatChunk, ChatResult
+from llamaserve.serving.generate import Usage
 from llamaserve.serving.messages import MessageStream, error_event, message_body
 from llamaserve.serving.messages_request import to_chat_request
 
@@ -56,7 +59,13 @@ def finished(stop_type: str = "eos", word: str = "") -> Finished:
     )
 
 
-USAGE = {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29, "prompt_tokens_details": {"cached_tokens": 5}}
+USAGE = Usage(prompt_tokens=20, cached_tokens=5, completion_tokens=9)
+
+
+def result(message: ParsedMessage, finish_reason: str, fin: Finished | None = None) -> ChatResult:
+    """The chat pipeline's typed answer with one choice."""
+    choice = ChatChoice(message, finish_reason, fin or finished(), None)
+    return ChatResult([choice], USAGE, {}, None)
 
 
 def agent_chunks() -> list[ChatChunk]:
@@ -105,8 +114,10 @@ def run_stream(
     stream = MessageStream("test-model", 20, stops, msg_id="msg_test")
     events = stream.start()
     for chunk in chunks:
-        events += stream.feed(chunk, fin if chunk.finish_reason else None)
-    return events + stream.finish({})
+        if chunk.finish_reason and fin is not None:
+            chunk = dataclasses.replace(chunk, finished=fin)  # the pipeline's last event of a choice
+        events += stream.feed(chunk)
+    return events + stream.finish(None)
 
 
 def shape(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -285,24 +296,8 @@ def test_max_tokens_is_required_for_messages_only() -> None:
 
 # --------------------------------------------------- responses, no model
 def test_message_body_from_tool_calls_and_reasoning() -> None:
-    chat_body = {
-        "choices": [
-            {
-                "index": 0,
-                "finish_reason": "tool_calls",
-                "message": {
-                    "role": "assistant",
-                    "content": None,
-                    "reasoning_content": "think",
-                    "tool_calls": [
-                        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
-                    ],
-                },
-            }
-        ],
-        "usage": USAGE,
-    }
-    body = message_body("m", chat_body, finished(), None, msg_id="msg_x")
+    message = ParsedMessage(content="", reasoning="think", tool_calls=[ToolCall("f", '{"a": 1}', "call_1")])
+    body = message_body("m", result(message, "tool_calls"), None, msg_id="msg_x")
     assert [b["type"] for b in body["content"]] == ["thinking", "tool_use"]
     assert body["content"][0]["signature"]
     assert body["content"][1] == {"type": "tool_use", "id": "call_1", "name": "f", "input": {"a": 1}}
@@ -330,29 +325,13 @@ def test_message_body_from_tool_calls_and_reasoning() -> None:
     ],
 )
 def test_stop_reason(finish: str, fin: Finished, stops: list[str] | None, expected: tuple[str, Any]) -> None:
-    body = message_body(
-        "m", {"choices": [{"finish_reason": finish, "message": {"content": "hi"}}], "usage": USAGE}, fin, stops
-    )
+    body = message_body("m", result(ParsedMessage(content="hi"), finish, fin), stops)
     assert (body["stop_reason"], body["stop_sequence"]) == expected
 
 
 def test_truncated_tool_call_reports_max_tokens() -> None:
-    body = message_body(
-        "m",
-        {
-            "choices": [
-                {
-                    "finish_reason": "length",
-                    "message": {
-                        "content": None,
-                        "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": '{"a"'}}],
-                    },
-                }
-            ]
-        },
-        finished("limit"),
-        None,
-    )
+    message = ParsedMessage(tool_calls=[ToolCall("f", '{"a"', "c")])
+    body = message_body("m", result(message, "length", finished("limit")), None)
     assert body["stop_reason"] == "max_tokens"
 
 

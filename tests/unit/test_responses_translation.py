@@ -13,14 +13,16 @@ import httpx2
 import openai
 import pytest
 
+from llamaserve.chat.parsed import ParsedMessage, ToolCall
 from llamaserve.errors import APIError
 from llamaserve.protocol.responses import ResponsesRequest
 from llamaserve.serving.chat import ChatChunk
+from llamaserve.serving.generate import Usage
 from llamaserve.serving.responses import ResponseStream, envelope, finish, output_items
 from llamaserve.serving.responses_input import to_chat_request
 
 GREEDY = {"temperature": 0.0}
-USAGE = {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29, "prompt_tokens_details": {"cached_tokens": 5}}
+USAGE = Usage(prompt_tokens=20, cached_tokens=5, completion_tokens=9)
 
 
 # ------------------------------------------------------------------ helpers
@@ -91,7 +93,7 @@ def run_stream(chunks: list[ChatChunk], req: ResponsesRequest | None = None) -> 
     events = stream.start()
     for chunk in chunks:
         events += stream.feed(chunk)
-    return events + stream.finish({})
+    return events + stream.finish(None)
 
 
 def check_sequence(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -264,12 +266,7 @@ def test_json_object_format_and_text_format() -> None:
 
 # --------------------------------------------------- responses, no model
 def test_output_items_and_finish() -> None:
-    message = {
-        "role": "assistant",
-        "content": "Checking.",
-        "reasoning_content": "think",
-        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
-    }
+    message = ParsedMessage(content="Checking.", reasoning="think", tool_calls=[ToolCall("f", "{}", "call_1")])
     items = output_items(message, "tool_calls")
     assert [i["type"] for i in items] == ["reasoning", "message", "function_call"]
     assert items[0]["content"] == [{"type": "reasoning_text", "text": "think"}] and items[0]["summary"] == []
@@ -287,7 +284,7 @@ def test_output_items_and_finish() -> None:
     }
     parsed = mock_client(json.dumps(body).encode(), "application/json").responses.create(model="m", input="x")
     assert parsed.output_text == "Checking." and parsed.output[2].type == "function_call"
-    truncated = finish(envelope("m", request()), output_items({"content": "Hel"}, "length"), "length", USAGE)
+    truncated = finish(envelope("m", request()), output_items(ParsedMessage(content="Hel"), "length"), "length", USAGE)
     assert truncated["status"] == "incomplete" and truncated["incomplete_details"] == {"reason": "max_output_tokens"}
     assert truncated["output"][0]["status"] == "incomplete"
 
