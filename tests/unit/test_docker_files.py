@@ -165,7 +165,8 @@ def _pinned(requirements: list[str], package: str) -> str:
 
 def _bootstrap_pin(package: str) -> str:
     """How scripts/bootstrap installs a package (`pkg==1.2.3`), so the images ship what the tests test."""
-    found = re.findall(rf"(?<![\w-]){re.escape(package)}==[\w.]+", (ROOT / "scripts" / "bootstrap").read_text())
+    bootstrap = (ROOT / "scripts" / "bootstrap").read_text(encoding="utf-8")
+    found: list[str] = re.findall(rf"(?<![\w-]){re.escape(package)}==[\w.]+", bootstrap)
     assert len(set(found)) == 1, found
     return found[0]
 
