@@ -1,4 +1,5 @@
-"""Process wiring: logging, the uvicorn server, and loading the model.
+"""Process wiring: logging, the uvicorn server (api/run.py, shared with the router and the
+front), and loading the model.
 
 The HTTP server starts first so /health can answer 503 while the model
 loads; a model that fails to load ends the process with exit code 1.
@@ -11,28 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import TextIO
 
-import uvicorn
-
 from llamaserve.api.app import create_app
-from llamaserve.api.event_loop import run_on_fast_loop
-from llamaserve.api.listen import BindError, close_listeners, open_listeners
+from llamaserve.api.listen import Listener, close_listeners
 from llamaserve.api.logs import setup_logging
 from llamaserve.api.parent_watch import exit_when_stdin_closes, is_router_child
 from llamaserve.api.routes_tools import toolbox_from_config
-from llamaserve.api.shutdown import DrainMiddleware
+from llamaserve.api.run import Site, StopSwitch, bind, run_server
+from llamaserve.api.shutdown import ASGIApp, DrainMiddleware
 from llamaserve.api.threads import size_worker_threads
 from llamaserve.api.timeouts import TimeoutMiddleware, read_timeout_protocol
 from llamaserve.serving.state import ServerState
 from llamaserve.tools.fileio import RuntimeRefused
 from llamaserve.tools.mcp_config import McpConfigError
+from llamaserve.tools.registry import Toolbox
 
 log = logging.getLogger("llamaserve")
 
@@ -71,10 +69,8 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
     """Serve until SIGTERM/SIGINT while `state.loader` loads the model in the background; the exit code."""
     config = state.config
     setup_logging(config, hooks.route_logs)
-    try:
-        listeners = open_listeners(config)
-    except BindError as exc:
-        log.error("%s", exc)
+    listeners = bind(config, log)
+    if listeners is None:
         return 1
     try:
         toolbox = toolbox_from_config(config)
@@ -84,98 +80,102 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
         return 1
     if toolbox is not None or config.ui_mcp_proxy:
         log.warning("security: agent tools enabled - do not expose to untrusted environments")
-    # Outermost: a stalled body read or response write is bounded before anything else sees it,
-    # including the closing message a shutdown drain sends.
-    drain = DrainMiddleware(create_app(state, toolbox))
-    app = TimeoutMiddleware(drain, config.timeout)
-    uv_config = uvicorn.Config(
-        app,
-        log_level="warning",
-        access_log=False,
-        timeout_keep_alive=max(5, min(config.timeout, 600)),
-        http=read_timeout_protocol(config.timeout) or "auto",
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S + _UVICORN_BACKSTOP_S,
-        ssl_keyfile=config.ssl_key_file,
-        ssl_certfile=config.ssl_cert_file,
-    )
-    server = uvicorn.Server(uv_config)
-    exit_code = 0
+    # One switch for the signals, the loader (a failed load stops the server) and the drain.
+    stop = StopSwitch()
+    site = _ModelSite(state, hooks, listeners, toolbox, stop)
+    run_server(config, listeners, site, stop)
+    return site.exit_code
 
-    draw = terminal_load_bar(sys.stderr) if sys.stderr.isatty() and not config.log_disable else None
 
-    def report(progress: float) -> bool:
-        if draw is not None:
-            draw(progress)
-        return not server.should_exit  # False aborts a load that a shutdown made pointless
+class _ModelSite(Site):
+    """The single-model server in the shared start-up: the model loads in a thread of its own
+    while uvicorn already answers (/health is 503 until it is in), and a stop drains the
+    requests in flight before uvicorn's own shutdown."""
 
-    hooks.set_load_progress(report)
+    graceful_s = GRACEFUL_SHUTDOWN_S + _UVICORN_BACKSTOP_S
 
-    def load() -> None:
-        nonlocal exit_code
+    def __init__(
+        self,
+        state: ServerState,
+        hooks: NativeHooks,
+        listeners: list[Listener],
+        toolbox: Toolbox | None,
+        stop: StopSwitch,
+    ) -> None:
+        self.state = state
+        self.hooks = hooks
+        self.listeners = listeners
+        self.toolbox = toolbox
+        self.exit_code = 0
+        self.http = read_timeout_protocol(state.config.timeout) or "auto"
+        # Outermost: a stalled body read or response write is bounded before anything else sees it,
+        # including the closing message a shutdown drain sends.
+        self.drain = DrainMiddleware(create_app(state, toolbox))
+        self.app = TimeoutMiddleware(self.drain, state.config.timeout)
+        self.loader = threading.Thread(target=self._load, name="llamaserve-load", daemon=True)
+        self.stop = stop
+        self._watcher: asyncio.Task[None] | None = None
+
+    def begin(self, stop: StopSwitch) -> None:
+        config = self.state.config
+        draw = terminal_load_bar(sys.stderr) if sys.stderr.isatty() and not config.log_disable else None
+
+        def report(progress: float) -> bool:
+            if draw is not None:
+                draw(progress)
+            return not stop.requested  # False aborts a load that a shutdown made pointless
+
+        self.hooks.set_load_progress(report)
+        if is_router_child():
+            exit_when_stdin_closes(stop.request)
+        self.loader.start()
+
+    def _load(self) -> None:
+        state = self.state
         try:
-            state.runtime = state.loader(config)
-            for listener in listeners:
+            state.runtime = state.loader(state.config)
+            for listener in self.listeners:
                 log.info("server listening on %s", listener.address)
         except Exception as exc:  # reported and turned into exit code 1
-            if server.should_exit:
+            if self.stop.requested:
                 log.info("model load stopped: shutting down")
                 return
             state.load_error = str(exc)
             log.error("failed to load the model: %s", exc)
-            exit_code = 1
-            server.should_exit = True
+            self.exit_code = 1
+            self.stop.request()
 
-    def stop(sig: int, frame: FrameType | None) -> None:
-        server.should_exit = True
+    async def open(self, stop: StopSwitch) -> ASGIApp:
+        size_worker_threads(self.state.config.threads_http)
+        if self.toolbox is not None:
+            await self.toolbox.start()  # before the first request: GET /tools lists the MCP tools at once
+        self._watcher = asyncio.create_task(self._drain_on_shutdown())
+        return self.app
 
-    # uvicorn catches SIGTERM/SIGINT while it serves, shuts down, restores the
-    # handlers it found and raises the signal again. With the default actions
-    # that second delivery would kill the process (exit -15) or raise
-    # KeyboardInterrupt after a clean shutdown; `stop` only asks for the
-    # shutdown, which also covers a signal that comes before uvicorn listens.
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    if is_router_child():
-        exit_when_stdin_closes(lambda: setattr(server, "should_exit", True))
-    loader = threading.Thread(target=load, name="llamaserve-load", daemon=True)
-    loader.start()
+    async def _drain_on_shutdown(self) -> None:
+        # uvicorn polls should_exit the same way; its own wait for in-flight
+        # tasks then ends as soon as the drain has finished them.
+        while not self.stop.requested:
+            await asyncio.sleep(0.1)
+        if self.toolbox is not None:
+            await self.toolbox.shutdown()  # tool calls in flight end now, not after the grace period
+        if self.drain.inflight:
+            log.info("shutting down: %d request(s) in flight get up to %d s", self.drain.inflight, GRACEFUL_SHUTDOWN_S)
+        await self.drain.drain(GRACEFUL_SHUTDOWN_S)
 
-    async def run() -> None:
-        async def drain_on_shutdown() -> None:
-            # uvicorn polls should_exit the same way; its own wait for in-flight
-            # tasks then ends as soon as the drain has finished them.
-            while not server.should_exit:
-                await asyncio.sleep(0.1)
-            if toolbox is not None:
-                await toolbox.shutdown()  # tool calls in flight end now, not after the grace period
-            if drain.inflight:
-                log.info("shutting down: %d request(s) in flight get up to %d s", drain.inflight, GRACEFUL_SHUTDOWN_S)
-            await drain.drain(GRACEFUL_SHUTDOWN_S)
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+        # Stop the scheduler while the loop still runs: it may still hand
+        # events of just-aborted requests to the loop, which must be open.
+        await asyncio.to_thread(self._close_runtime)
 
-        size_worker_threads(config.threads_http)
-        if toolbox is not None:
-            await toolbox.start()  # before the first request: GET /tools lists the MCP tools at once
-        watcher = asyncio.create_task(drain_on_shutdown())
-        try:
-            await server.serve(sockets=[listener.sock for listener in listeners])
-        finally:
-            watcher.cancel()
-            # Stop the scheduler while the loop still runs: it may still hand
-            # events of just-aborted requests to the loop, which must be open.
-            await asyncio.to_thread(close_runtime)
+    def end(self) -> None:
+        self._close_runtime()  # a no-op unless the loop was interrupted before close()
 
-    def close_runtime() -> None:
-        loader.join(timeout=_LOADER_JOIN_S)
-        runtime, state.runtime = state.runtime, None
+    def _close_runtime(self) -> None:
+        if self.loader.ident is not None:  # started: a load stopped by shutdown returns soon
+            self.loader.join(timeout=_LOADER_JOIN_S)
+        runtime, self.state.runtime = self.state.runtime, None
         if runtime is not None:
             runtime.close()
-
-    try:
-        run_on_fast_loop(run())
-    except KeyboardInterrupt:
-        pass
-    finally:
-        close_runtime()  # a no-op unless run() was interrupted before its own close
-        close_listeners(listeners)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return exit_code

@@ -1,17 +1,12 @@
-"""The router's process: the model list, the listeners, uvicorn, and the children's shutdown."""
+"""The router's process: the model list, then the shared start-up (api/run.py), and the
+children stopped before the loop ends."""
 
 from __future__ import annotations
 
 import logging
-import signal
 from collections.abc import Mapping, Sequence
-from types import FrameType
 
-import uvicorn
-
-from llamaserve.api.event_loop import run_on_fast_loop
-from llamaserve.api.listen import BindError, close_listeners, open_listeners
-from llamaserve.api.logs import setup_logging
+from llamaserve.api.run import ASGIApp, Site, StopSwitch, bind, run_server, setup_forwarder_logging
 from llamaserve.config import ConfigError, ServerConfig
 from llamaserve.router.app import create_router_app
 from llamaserve.router.catalog import ModelSpec, load_catalog
@@ -30,8 +25,7 @@ def _log_models(specs: dict[str, ModelSpec]) -> None:
 
 
 def serve(config: ServerConfig, argv: Sequence[str], environ: Mapping[str, str]) -> int:
-    setup_logging(config, lambda _native: None)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded request otherwise
+    setup_forwarder_logging(config)
     try:
         specs = load_catalog(config, environ)
     except (ConfigError, OSError) as exc:
@@ -42,50 +36,50 @@ def serve(config: ServerConfig, argv: Sequence[str], environ: Mapping[str, str])
         log.error("number of models to load on startup (%d) exceeds --models-max (%d)", starting, config.models_max)
         return 1
     _log_models(specs)
-    try:
-        listeners = open_listeners(config)
-    except BindError as exc:
-        log.error("%s", exc)
+    listeners = bind(config, log)
+    if listeners is None:
         return 1
-
-    def reload() -> dict[str, ModelSpec]:
-        return load_catalog(config, environ)
-
-    async def run() -> None:
-        upstream = Upstream(float(config.timeout))
-        registry = Registry(config, from_argv(argv), specs, environ, upstream.client)
-        app = create_router_app(config, registry, upstream, reload)
-        uv_config = uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            timeout_keep_alive=max(5, min(config.timeout, 600)),
-            timeout_graceful_shutdown=5,
-            ssl_keyfile=config.ssl_key_file,
-            ssl_certfile=config.ssl_cert_file,
-        )
-        server = uvicorn.Server(uv_config)
-
-        def stop(sig: int, frame: FrameType | None) -> None:
-            server.should_exit = True
-
-        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-        registry.start_watch()
-        for listener in listeners:
-            log.info("router listening on %s", listener.address)
-            log.info("server listening on %s", listener.address)
-        try:
-            await server.serve(sockets=[listener.sock for listener in listeners])
-        finally:
-            await registry.shutdown()
-            await upstream.close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    try:
-        run_on_fast_loop(run())
-    except KeyboardInterrupt:
-        pass
-    finally:
-        close_listeners(listeners)
+    run_server(config, listeners, _RouterSite(config, argv, environ, specs, [lst.address for lst in listeners]))
     return 0
+
+
+class _RouterSite(Site):
+    """The router in the shared start-up: its registry and proxy live on the loop, and the
+    children are stopped (SIGTERM, then SIGKILL after their stop-timeout) before it ends."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        argv: Sequence[str],
+        environ: Mapping[str, str],
+        specs: dict[str, ModelSpec],
+        addresses: list[str],
+    ) -> None:
+        self.config = config
+        self.argv = argv
+        self.environ = environ
+        self.specs = specs
+        self.addresses = addresses
+        self.upstream: Upstream | None = None
+        self.registry: Registry | None = None
+
+    def _reload(self) -> dict[str, ModelSpec]:
+        return load_catalog(self.config, self.environ)
+
+    async def open(self, stop: StopSwitch) -> ASGIApp:
+        # Built on the loop: the registry's watch and the proxy's clients belong to it.
+        config = self.config
+        self.upstream = Upstream(float(config.timeout))
+        self.registry = Registry(config, from_argv(self.argv), self.specs, self.environ, self.upstream.client)
+        app = create_router_app(config, self.registry, self.upstream, self._reload)
+        self.registry.start_watch()
+        for address in self.addresses:
+            log.info("router listening on %s", address)
+            log.info("server listening on %s", address)  # the line scripts wait for, as from llama-server
+        return app
+
+    async def close(self) -> None:
+        if self.registry is not None:
+            await self.registry.shutdown()
+        if self.upstream is not None:
+            await self.upstream.close()

@@ -1,18 +1,13 @@
-"""`--upstreams`: the front's process (no model, no children): listeners, uvicorn, the health watch."""
+"""`--upstreams`: the front's process (no model, no children): the shared start-up (api/run.py)
+with the members' health watched beside the app."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import signal
-from types import FrameType
 
-import uvicorn
-
-from llamaserve.api.event_loop import run_on_fast_loop
-from llamaserve.api.listen import BindError, close_listeners, open_listeners
-from llamaserve.api.logs import setup_logging
+from llamaserve.api.run import ASGIApp, Site, StopSwitch, bind, run_server, setup_forwarder_logging
 from llamaserve.config import ServerConfig
 from llamaserve.router.proxy import Upstream
 from llamaserve.scale.balancer import Balancer
@@ -23,54 +18,40 @@ log = logging.getLogger("llamaserve.scale")
 
 
 def serve(config: ServerConfig) -> int:
-    setup_logging(config, lambda _native: None)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    try:
-        listeners = open_listeners(config)
-    except BindError as exc:
-        log.error("%s", exc)
+    setup_forwarder_logging(config)
+    listeners = bind(config, log)
+    if listeners is None:
         return 1
+    run_server(config, listeners, _FrontSite(config, [lst.address for lst in listeners]))
+    return 0
 
-    async def run() -> None:
-        upstream = Upstream(float(config.timeout))
-        balancer = Balancer(config.upstreams)
+
+class _FrontSite(Site):
+    """The front in the shared start-up: every member asked once before the first request (so
+    the log says which answer), then watched every second while the app serves."""
+
+    def __init__(self, config: ServerConfig, addresses: list[str]) -> None:
+        self.config = config
+        self.addresses = addresses
+        self.upstream: Upstream | None = None
+        self.watcher: asyncio.Task[None] | None = None
+
+    async def open(self, stop: StopSwitch) -> ASGIApp:
+        upstream = self.upstream = Upstream(float(self.config.timeout))
+        balancer = Balancer(self.config.upstreams)
         await check_once(balancer, upstream.client)
         for url, member in balancer.members.items():
             log.info("upstream %s: %s", url, "healthy" if member.healthy else "not answering /health yet")
-        app = create_front_app(config, balancer, upstream)
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                log_level="warning",
-                access_log=False,
-                timeout_keep_alive=max(5, min(config.timeout, 600)),
-                timeout_graceful_shutdown=5,
-                ssl_keyfile=config.ssl_key_file,
-                ssl_certfile=config.ssl_cert_file,
-            )
-        )
+        app = create_front_app(self.config, balancer, upstream)
+        self.watcher = asyncio.create_task(watch(balancer, upstream.client))
+        for address in self.addresses:
+            log.info("server listening on %s (front for %d upstreams)", address, len(balancer.members))
+        return app
 
-        def stop(sig: int, frame: FrameType | None) -> None:
-            server.should_exit = True
-
-        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-        watcher = asyncio.create_task(watch(balancer, upstream.client))
-        for listener in listeners:
-            log.info("server listening on %s (front for %d upstreams)", listener.address, len(balancer.members))
-        try:
-            await server.serve(sockets=[listener.sock for listener in listeners])
-        finally:
-            watcher.cancel()
+    async def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            await upstream.close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    try:
-        run_on_fast_loop(run())
-    except KeyboardInterrupt:
-        pass
-    finally:
-        close_listeners(listeners)
-    return 0
+                await self.watcher
+        if self.upstream is not None:
+            await self.upstream.close()
