@@ -1,0 +1,85 @@
+"""What the router answers about itself: `/health`, `/props` and `/metrics` (each of the last
+two forwarded to a model instead when `?model=` names one)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from llamaserve.errors import APIError
+from llamaserve.router.context import RouterContext, context_of
+from llamaserve.router.metrics import merge_metrics
+from llamaserve.router.registry import LOADED, SLEEPING
+from llamaserve.router.routes_forward import routed
+
+_METRICS_TIMEOUT_S = 5.0  # a child slow to answer /metrics is left out of this scrape
+
+
+def _build_info() -> str:
+    """The children's build_info (compose.BUILD_INFO), read without loading llama.cpp."""
+    try:
+        bindings = importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        bindings = "unknown"
+    return f"llamaserve-0.1.0 (llama-cpp-python {bindings})"
+
+
+async def health() -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def props(request: Request) -> Response:
+    if request.query_params.get("model"):
+        return await routed(request, touch=False)
+    config = context_of(request).config
+    return JSONResponse(
+        {
+            "role": "router",
+            "max_instances": config.models_max,
+            "models_autoload": config.models_autoload,
+            "model_alias": "llama-server",
+            "model_path": "none",
+            "default_generation_settings": {"params": {}, "n_ctx": 0},
+            "ui_settings": json.loads(config.webui_config) if config.webui_config else {},
+            "build_info": _build_info(),
+            "cors_proxy_enabled": False,
+        }
+    )
+
+
+async def _children_metrics(ctx: RouterContext) -> dict[str, str]:
+    """Each loaded model's /metrics text, by model name (one that fails is left out)."""
+    texts: dict[str, str] = {}
+    for inst in list(ctx.registry.models.values()):
+        child = inst.child
+        if inst.status not in (LOADED, SLEEPING) or child is None:
+            continue
+        try:
+            answer = await ctx.upstream.client.get(child.base_url + "/metrics", timeout=_METRICS_TIMEOUT_S)
+        except httpx.HTTPError:
+            continue
+        if answer.status_code == 200:
+            texts[inst.name] = answer.text
+    return texts
+
+
+async def metrics(request: Request) -> Response:
+    if request.query_params.get("model"):
+        return await routed(request, touch=False)
+    ctx = context_of(request)
+    if not ctx.config.endpoint_metrics:
+        raise APIError(
+            "This server does not support metrics endpoint. Start it with `--metrics`", "not_supported_error"
+        )
+    texts = await _children_metrics(ctx)
+    registry = ctx.registry
+    loaded = sum(1 for i in registry.models.values() if i.status in (LOADED, SLEEPING))
+    own = [
+        ("llamaserve:router_models_loaded", "Models loaded by the router.", "gauge", float(loaded)),
+        ("llamaserve:router_models_queued", "Models requests wait for.", "gauge", float(len(registry.queue))),
+    ]
+    return Response(merge_metrics(texts, own), media_type="text/plain; version=0.0.4")
