@@ -60,39 +60,26 @@ ALLOWED: dict[str, set[str]] = {
     "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools", "outbound"},
     "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale"},
     # Router mode speaks HTTP to child processes of our own server and never imports the engine:
-    # it reads the flag table (presets), the hub's cache listing, and shares the API's
-    # key/CORS/log middleware, listeners, logging setup and event loop, and the web UI's files.
+    # it reads the flag table (presets), the hub's cache listing, the web UI's files, and of
+    # api/ the start-up every process shares (api.run: listeners, uvicorn, signals, logging),
+    # the key/CORS/site middleware of its app shell (router/edge.py) and the child's marker.
     "router": {
         "config",
         "hub",
         "errors",
         "sse",
+        "webui",
         "cli.options",
         "cli.opt",
+        "api.run",
         "api.middleware",
         "api.cors",
         "api.site_guard",
-        "api.listen",
-        "api.logs",
-        "api.event_loop",
         "api.parent_watch",
-        "webui",
     },
-    # A front for several servers: the router's proxy (streams unchanged) and its metrics merge,
-    # the API's middleware and listeners; never the engine.
-    "scale": {
-        "config",
-        "errors",
-        "sse",
-        "router.proxy",
-        "router.metrics",
-        "router.edge",
-        "api.middleware",
-        "api.cors",
-        "api.listen",
-        "api.logs",
-        "api.event_loop",
-    },
+    # A front for several servers: the router's proxy (streams unchanged), its metrics merge and
+    # app shell, and the shared start-up; never the engine, nor the rest of the router or api/.
+    "scale": {"config", "errors", "router.proxy", "router.metrics", "router.edge", "api.run"},
     # Ray Serve: replicas run our server as a child process, the ingress chooses through scale/.
     "ray": {"config", "errors", "sse", "scale", "router.proxy", "router.metrics", "cli"},
     # `llama <command>`: serve goes through cli, download through hub, version asks llama/ of its build.
@@ -331,6 +318,36 @@ def test_the_checker_catches_a_violation_and_a_cycle(tmp_path: Path) -> None:
     assert any("engine.scheduler" in v and "may not import 'llama'" in v for v in found), found
     assert any("serving.chat" in v and "'ctypes'" in v for v in found), found
     assert cycles(pkg) == [["llamaserve.serving.chat", "llamaserve.serving.generate", "llamaserve.serving.chat"]]
+
+
+def test_the_forwarders_may_reach_only_their_listed_modules(tmp_path: Path) -> None:
+    """scale/ and router/ see api/ only through the shared start-up and the app shell's middleware,
+    and scale/ sees the router only through its proxy, metrics merge and app shell."""
+    pkg = tmp_path / "llamaserve"
+    for sub in ("api", "router", "scale"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    for name in ("run", "listen", "server", "middleware"):
+        (pkg / "api" / f"{name}.py").write_text("")
+    for name in ("proxy", "registry"):
+        (pkg / "router" / f"{name}.py").write_text("")
+    (pkg / "scale" / "front.py").write_text(
+        "from llamaserve.api.run import run_server\n"
+        "from llamaserve.router.proxy import Upstream\n"
+        "from llamaserve.router.registry import Registry\n"
+        "from llamaserve.api.listen import open_listeners\n"
+    )
+    (pkg / "router" / "server.py").write_text(
+        "from llamaserve.api.run import run_server\n"
+        "from llamaserve.api.middleware import x\n"
+        "import llamaserve.api.server\n"
+    )
+    found = violations(pkg)
+    assert any("scale.front:3:" in v and "may not import 'router.registry'" in v for v in found), found
+    assert any("scale.front:4:" in v and "may not import 'api.listen'" in v for v in found), found
+    assert any("router.server:3:" in v and "may not import 'api.server'" in v for v in found), found
+    assert len(found) == 3, found  # api.run, api.middleware and router.proxy are allowed
 
 
 def _run_without_libllama(code: str) -> subprocess.CompletedProcess[str]:
