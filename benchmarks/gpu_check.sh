@@ -93,6 +93,19 @@ step() {
     return "$rc"
 }
 
+# cmake and ninja may be Python packages beside the interpreter rather than on PATH.
+PY_BIN="$(dirname "$(command -v "$PY" || echo /nonexistent/python)")"
+for tool in cmake ninja; do
+    if ! command -v "$tool" >/dev/null && [ -x "$PY_BIN/$tool" ]; then
+        export PATH="$PATH:$PY_BIN"
+    fi
+done
+GENERATOR=Ninja
+if ! command -v ninja >/dev/null; then
+    say "no ninja: building with make"
+    GENERATOR="Unix Makefiles"
+fi
+
 # ---------------------------------------------------------------- the machine
 {
     echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) mode $MODE, $(nproc) cores, budget ${BUDGET}s"
@@ -126,7 +139,69 @@ if [ "$MODE" = gpu ]; then
         exit 2
     fi
     say "GPU: $(timeout 20 nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv,noheader | head -n 1)"
-    CMAKE_BACKEND=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90}" -DCMAKE_CUDA_COMPILER="$NVCC")
+    # One GPU: no NCCL; one architecture: nothing to gain from compressing the fat binary.
+    CMAKE_BACKEND=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-90}" -DCMAKE_CUDA_COMPILER="$NVCC"
+        -DGGML_CUDA_NCCL=OFF -DGGML_CUDA_COMPRESSION_MODE=none)
+    # cuBLAS and the driver library, which a toolkit installed in parts may lack: then cuBLAS from the
+    # nvidia-cublas wheel beside the interpreter (torch's; headers and .so.13 files only) and
+    # libcuda from the driver. A folder of links gives CMake the names it looks for, and none of the
+    # wheel folder's other headers, which may not match this nvcc.
+    SHIM="$WORK/cuda-links"
+    rm -rf "$SHIM"
+    mkdir -p "$SHIM/include" "$SHIM/lib"
+    roots=("$(cd "$(dirname "$(readlink -f "$NVCC")")/.." && pwd)" "${CUDA_HOME:-/usr/local/cuda}" /usr/local/cuda /usr/local/cuda-*)
+    has() { # has FILE...: one of the toolkit folders holds one of them
+        local r f
+        for r in "${roots[@]}"; do
+            for f in "$@"; do
+                ls "$r"/$f >/dev/null 2>&1 && return 0
+            done
+        done
+        return 1
+    }
+    linked=0
+    if ! has include/cublas_v2.h 'targets/*/include/cublas_v2.h'; then
+        hdr=""
+        for sp in $("$PY" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+            hdr="$(find "$sp/nvidia" -maxdepth 3 -name cublas_v2.h 2>/dev/null | head -n 1)"
+            [ -n "$hdr" ] && break
+        done
+        if [ -n "$hdr" ]; then
+            inc="$(dirname "$hdr")"
+            ln -s "$inc"/cublas*.h "$SHIM/include/"
+            for l in libcublas libcublasLt; do
+                for f in "$(dirname "$inc")/lib/$l".so.*; do
+                    [ -e "$f" ] || continue
+                    ln -sf "$f" "$SHIM/lib/"
+                    ln -sf "$f" "$SHIM/lib/$l.so"
+                done
+            done
+            CMAKE_BACKEND+=(-DCMAKE_CUDA_FLAGS="-I$SHIM/include")
+            linked=1
+            say "cuBLAS: not in the toolkit (${roots[0]}); from the wheel at $(dirname "$inc")"
+        else
+            say "cuBLAS: neither in the toolkit (${roots[0]}) nor in a nvidia-cublas wheel: the build will fail"
+        fi
+    fi
+    if ! has lib64/stubs/libcuda.so 'targets/*/lib/stubs/libcuda.so' lib64/libcuda.so; then
+        drv="$( (ldconfig -p 2>/dev/null | sed -n 's/.*libcuda\.so\(\.1\)\? .*=> //p'
+            ls /usr/local/nvidia/lib64/libcuda.so* /usr/lib/x86_64-linux-gnu/libcuda.so* /usr/lib64/libcuda.so* \
+                2>/dev/null) | head -n 1)"
+        if [ -n "$drv" ]; then
+            ln -sf "$drv" "$SHIM/lib/libcuda.so"
+            linked=1
+            say "libcuda: no stub in the toolkit; linking against the driver's $drv"
+        else
+            # ggml links libcuda only for its virtual-memory pool; without it, both servers alike
+            # use the plain CUDA allocator.
+            CMAKE_BACKEND+=(-DGGML_CUDA_NO_VMM=ON)
+            say "libcuda: neither a stub nor the driver's library found: GGML_CUDA_NO_VMM=ON"
+        fi
+    fi
+    if [ "$linked" = 1 ]; then
+        CMAKE_BACKEND+=(-DCMAKE_LIBRARY_PATH="$SHIM/lib")
+        export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$SHIM/lib"
+    fi
     SHAPES="${GPU_CHECK_SHAPES:-1b 8b}"
     # Both servers alike: every layer on the GPU, flash attention, 64 sequences in one unified KV.
     SERVER_ARGS="-ngl 99 -fa on -np 64 -c 32768 -kvu -t 8 -tb 8"
@@ -173,7 +248,7 @@ CPP_SERVER="$BUILD/bin/llama-server"
 NO_AMX=""
 [ "$(uname -m)" = x86_64 ] && NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 CMAKE_FLAGS=(
-    -G Ninja
+    -G "$GENERATOR"
     -DCMAKE_BUILD_TYPE=Release
     -DBUILD_SHARED_LIBS=ON
     -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON

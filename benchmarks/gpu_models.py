@@ -11,7 +11,8 @@ NaN). One random buffer, the size of the largest tensor, backs every tensor. The
 SmolLM2's byte-level BPE (its tokens, merges and pre-tokenizer, so prompts tokenize as text does),
 padded to Llama-3's 128,256 entries with plain word tokens that no merge produces but that decode
 to text: random weights pick any token, and each must print something. All tokens but the
-end-of-generation ones are normal tokens, so none of them streams as empty text.
+end-of-generation ones are normal tokens (SmolLM2's other special tokens are renamed to words), so
+none of them streams as empty text.
 """
 
 from __future__ import annotations
@@ -93,6 +94,13 @@ def padded_vocab(tok: dict[str, Any]) -> tuple[list[str], list[int]]:
     eog |= {i for i, t in enumerate(tokens) if t in ("<|endoftext|>", "<|im_end|>")}
     normal, control = int(gguf.TokenType.NORMAL), int(gguf.TokenType.CONTROL)
     types = [control if i in eog else normal for i in range(len(tokens))]
+    # SmolLM2's other special tokens (<|im_start|>, <reponame>, <fim_prefix>, ...) become plain words:
+    # llama.cpp makes a token control-type by its text alone, and a control token streams as no text.
+    # No merge produces them, so prompts tokenize as before.
+    original = tok.get("tokenizer.ggml.token_type") or []
+    for i, t in enumerate(original):
+        if i not in eog and int(t) == control:
+            tokens[i] = f"Ġs{i}"
     seen = set(tokens)
     i = 0
     while len(tokens) < VOCAB:
