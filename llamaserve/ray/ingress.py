@@ -22,10 +22,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from llamaserve.edge.metrics import merge_metrics
 from llamaserve.errors import APIError
 from llamaserve.ray.replica import stream_error
 from llamaserve.ray.routing import ROUTERS
-from llamaserve.router.metrics import merge_metrics
 from llamaserve.scale.front import UPSTREAM_HEADER, response_ids, session_key
 from llamaserve.scale.prefix_index import block_hashes, prompt_text
 

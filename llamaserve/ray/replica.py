@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
+from llamaserve.edge.proxy import transparent_headers
 from llamaserve.errors import APIError
-from llamaserve.router.proxy import transparent_headers
 from llamaserve.sse import data_event, named_event
 
 CHILD_HOST = "127.0.0.1"

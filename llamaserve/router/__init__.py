@@ -3,8 +3,9 @@
 Started when no model is named (`cli` decides). `catalog.py` lists the models (download
 cache, `--models-dir`, `--models-preset`), `preset.py` reads INI presets and renders a
 model's flags, `child.py` runs one model's process, `registry.py` keeps their states, the
-load queue and eviction, `proxy.py` forwards a request to a base URL and streams the
-answer back, `metrics.py` merges the children's `/metrics`, and `app.py` is the HTTP side.
+load queue and eviction, `app.py` and the `routes_*.py` modules are the HTTP side, and
+`server.py` the process. Forwarding, the app shell and the `/metrics` merge come from
+`llamaserve.edge`, which the `--upstreams` front shares.
 The router never loads llama.cpp: a model's crash cannot take it down.
 """
 

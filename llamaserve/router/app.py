@@ -20,12 +20,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
 from llamaserve.config import ServerConfig
+from llamaserve.edge.app import edge_app
+from llamaserve.edge.proxy import Upstream
 from llamaserve.errors import APIError
 from llamaserve.router import routes_forward, routes_models, routes_ops, routes_streams
 from llamaserve.router.catalog import ModelSpec
 from llamaserve.router.context import RouterContext
-from llamaserve.router.edge import edge_app
-from llamaserve.router.proxy import Upstream
 from llamaserve.router.registry import Registry
 from llamaserve.webui import STATIC_DIR
 

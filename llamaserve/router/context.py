@@ -13,8 +13,8 @@ from pathlib import Path
 from starlette.requests import Request
 
 from llamaserve.config import ServerConfig
+from llamaserve.edge.proxy import Upstream
 from llamaserve.router.catalog import ModelSpec
-from llamaserve.router.proxy import Upstream
 from llamaserve.router.registry import Registry
 from llamaserve.router.streams import ConversationOwners
 

@@ -10,9 +10,9 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llamaserve.edge.metrics import merge_metrics
 from llamaserve.errors import APIError
 from llamaserve.router.context import RouterContext, context_of
-from llamaserve.router.metrics import merge_metrics
 from llamaserve.router.registry import LOADED, SLEEPING
 from llamaserve.router.routes_forward import routed
 

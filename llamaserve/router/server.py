@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 
 from llamaserve.api.run import ASGIApp, Site, StopSwitch, bind, run_server, setup_forwarder_logging
 from llamaserve.config import ConfigError, ServerConfig
+from llamaserve.edge.proxy import Upstream
 from llamaserve.router.app import create_router_app
 from llamaserve.router.catalog import ModelSpec, load_catalog
 from llamaserve.router.preset import from_argv
-from llamaserve.router.proxy import Upstream
 from llamaserve.router.registry import Registry
 
 log = logging.getLogger("llamaserve.router")

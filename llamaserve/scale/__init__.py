@@ -3,7 +3,7 @@
 `prefix_index.py` (chained block hashes of recent prompts per server), `balancer.py` (the
 choice: conversation affinity, longest prefix, least loaded; health and load counts),
 `health.py` (each member's `/health`), `front.py` (the HTTP side, forwarding through
-`router.proxy`), `server.py` (the `--upstreams` process). `llamaserve.ray` runs the same
+`edge.proxy`), `server.py` (the `--upstreams` process). `llamaserve.ray` runs the same
 choice in a Ray Serve ingress in front of replicas.
 """
 

@@ -25,10 +25,10 @@ from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from llamaserve.config import ServerConfig
+from llamaserve.edge.app import edge_app
+from llamaserve.edge.metrics import merge_metrics
+from llamaserve.edge.proxy import Upstream
 from llamaserve.errors import APIError
-from llamaserve.router.edge import edge_app
-from llamaserve.router.metrics import merge_metrics
-from llamaserve.router.proxy import Upstream
 from llamaserve.scale.balancer import Balancer, Choice, NoMember
 from llamaserve.scale.prefix_index import block_hashes, prompt_text
 

@@ -9,7 +9,7 @@ import logging
 
 from llamaserve.api.run import ASGIApp, Site, StopSwitch, bind, run_server, setup_forwarder_logging
 from llamaserve.config import ServerConfig
-from llamaserve.router.proxy import Upstream
+from llamaserve.edge.proxy import Upstream
 from llamaserve.scale.balancer import Balancer
 from llamaserve.scale.front import create_front_app
 from llamaserve.scale.health import check_once, watch

@@ -8,7 +8,7 @@ import socket
 import httpx
 
 from llamaserve.config import ServerConfig
-from llamaserve.router.proxy import Upstream
+from llamaserve.edge.proxy import Upstream
 from llamaserve.scale.balancer import Balancer
 from llamaserve.scale.front import UPSTREAM_HEADER, create_front_app
 

@@ -59,29 +59,30 @@ ALLOWED: dict[str, set[str]] = {
     "serving": {*ENGINE_FRONT, "chat", "grammar", "protocol", "errors", "sse", "config", "jsondepth", "outbound"},
     "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools", "outbound"},
     "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale"},
+    # What the processes at the edge share (edge/: the proxy, the app shell, the /metrics merge):
+    # plain HTTP forwarding, with the API's key/CORS/site middleware in the shell; never the engine.
+    "edge": {"config", "errors", "sse", "api.middleware", "api.cors", "api.site_guard"},
     # Router mode speaks HTTP to child processes of our own server and never imports the engine:
-    # it reads the flag table (presets), the hub's cache listing, the web UI's files, and of
-    # api/ the start-up every process shares (api.run: listeners, uvicorn, signals, logging),
-    # the key/CORS/site middleware of its app shell (router/edge.py) and the child's marker.
+    # it reads the flag table (presets), the hub's cache listing, the web UI's files, forwards
+    # through edge/, and of api/ takes only the start-up every process shares (api.run:
+    # listeners, uvicorn, signals, logging) and the child's marker (api.parent_watch).
     "router": {
         "config",
         "hub",
         "errors",
         "sse",
         "webui",
+        "edge",
         "cli.options",
         "cli.opt",
         "api.run",
-        "api.middleware",
-        "api.cors",
-        "api.site_guard",
         "api.parent_watch",
     },
-    # A front for several servers: the router's proxy (streams unchanged), its metrics merge and
-    # app shell, and the shared start-up; never the engine, nor the rest of the router or api/.
-    "scale": {"config", "errors", "router.proxy", "router.metrics", "router.edge", "api.run"},
+    # A front for several servers: forwarding through edge/ (streams unchanged) and the shared
+    # start-up; never the engine, the router, or the rest of api/.
+    "scale": {"config", "errors", "edge", "api.run"},
     # Ray Serve: replicas run our server as a child process, the ingress chooses through scale/.
-    "ray": {"config", "errors", "sse", "scale", "router.proxy", "router.metrics", "cli"},
+    "ray": {"config", "errors", "sse", "scale", "edge", "cli"},
     # `llama <command>`: serve goes through cli, download through hub, version asks llama/ of its build.
     "unified_cli": {"cli", "hub", "llama.buildinfo", "ray"},
     "compose": {"*"},  # the composition root wires everything together
@@ -95,8 +96,8 @@ RESTRICTED: dict[str, set[str]] = {
     "llama_cpp": {"llama"},  # the native library stays behind llama/
     "ctypes": {"llama"},
     "pydantic": {"protocol", "serving", "api", "errors"},  # pydantic never reaches the engine
-    "fastapi": {"api", "router", "scale", "ray"},
-    "starlette": {"api", "webui", "router", "scale", "ray"},
+    "fastapi": {"api", "edge", "router", "scale", "ray"},
+    "starlette": {"api", "webui", "edge", "router", "scale", "ray"},
     "uvicorn": {"api", "router", "scale"},
     "mcp": {"tools"},  # the MCP SDK speaks to MCP servers from tools/mcp.py only
     "ray": {"ray"},  # the optional extra stays behind llamaserve/ray/
@@ -321,20 +322,20 @@ def test_the_checker_catches_a_violation_and_a_cycle(tmp_path: Path) -> None:
 
 
 def test_the_forwarders_may_reach_only_their_listed_modules(tmp_path: Path) -> None:
-    """scale/ and router/ see api/ only through the shared start-up and the app shell's middleware,
-    and scale/ sees the router only through its proxy, metrics merge and app shell."""
+    """scale/ sees neither the router nor api/ beyond the shared start-up; router/ sees api/ only
+    through it too (the app shell's middleware is edge/'s to import)."""
     pkg = tmp_path / "llamaserve"
-    for sub in ("api", "router", "scale"):
+    for sub in ("api", "edge", "router", "scale"):
         (pkg / sub).mkdir(parents=True)
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     for name in ("run", "listen", "server", "middleware"):
         (pkg / "api" / f"{name}.py").write_text("")
-    for name in ("proxy", "registry"):
-        (pkg / "router" / f"{name}.py").write_text("")
+    (pkg / "edge" / "proxy.py").write_text("from llamaserve.api.middleware import x\n")
+    (pkg / "router" / "registry.py").write_text("")
     (pkg / "scale" / "front.py").write_text(
         "from llamaserve.api.run import run_server\n"
-        "from llamaserve.router.proxy import Upstream\n"
+        "from llamaserve.edge.proxy import Upstream\n"
         "from llamaserve.router.registry import Registry\n"
         "from llamaserve.api.listen import open_listeners\n"
     )
@@ -344,10 +345,11 @@ def test_the_forwarders_may_reach_only_their_listed_modules(tmp_path: Path) -> N
         "import llamaserve.api.server\n"
     )
     found = violations(pkg)
-    assert any("scale.front:3:" in v and "may not import 'router.registry'" in v for v in found), found
+    assert any("scale.front:3:" in v and "may not import 'router'" in v for v in found), found
     assert any("scale.front:4:" in v and "may not import 'api.listen'" in v for v in found), found
+    assert any("router.server:2:" in v and "may not import 'api.middleware'" in v for v in found), found
     assert any("router.server:3:" in v and "may not import 'api.server'" in v for v in found), found
-    assert len(found) == 3, found  # api.run, api.middleware and router.proxy are allowed
+    assert len(found) == 4, found  # api.run, edge.proxy and edge's own api.middleware are allowed
 
 
 def _run_without_libllama(code: str) -> subprocess.CompletedProcess[str]:

@@ -8,8 +8,8 @@ import pytest
 
 from llamaserve.cli import config_from_args
 from llamaserve.config import ConfigError, ServerConfig
+from llamaserve.edge.metrics import merge_metrics
 from llamaserve.router.catalog import load_catalog
-from llamaserve.router.metrics import merge_metrics
 from llamaserve.router.preset import from_argv, parse_ini
 
 

@@ -1,4 +1,5 @@
-"""The router's `/metrics`: every loaded child's metrics with a `model` label, plus its own.
+"""Several servers' `/metrics` as one: the router's (every loaded child's, labelled `model`), the
+front's (each member's, relabelled `upstream`) and Ray's ingress's, plus the edge's own gauges.
 
 Each child's Prometheus text is read family by family (a `# HELP`/`# TYPE` pair and the
 samples after it); the families of all children are written once each, every sample

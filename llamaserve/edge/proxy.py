@@ -25,7 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from llamaserve.errors import APIError
 from llamaserve.sse import data_event, named_event
 
-log = logging.getLogger("llamaserve.router")
+log = logging.getLogger("llamaserve.router")  # the name its lines always had (log filters know it)
 
 # Request headers that describe this hop, not the request (httpx sets its own).
 _DROP_REQUEST = {
