@@ -16,7 +16,13 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from llamaserve.protocol import anthropic, common, embedding, native, openai, responses
+from llamaserve.families.anthropic import protocol as anthropic
+from llamaserve.families.chat import protocol as chat
+from llamaserve.families.completions import protocol as completions
+from llamaserve.families.embeddings import protocol as embeddings
+from llamaserve.families.native import protocol as native
+from llamaserve.families.responses import protocol as responses
+from llamaserve.protocol import common
 
 _BUDGET_KEYS = ("n_predict", "max_tokens", "max_completion_tokens", "max_output_tokens")
 
@@ -24,7 +30,7 @@ _BUDGET_KEYS = ("n_predict", "max_tokens", "max_completion_tokens", "max_output_
 def declared_fields() -> list[str]:
     """Every field name our request models declare."""
     names: set[str] = set()
-    for module in (anthropic, common, embedding, native, openai, responses):
+    for module in (anthropic, common, chat, completions, embeddings, native, responses):
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, BaseModel) and cls.__module__ == module.__name__:
                 names.update(cls.model_fields)

@@ -1,7 +1,9 @@
 """The HTTP application: middleware, error envelopes, and one router per API family.
 
-Routes live in routes_openai.py, routes_native.py, routes_anthropic.py,
-routes_responses.py and routes_ops.py; their shared helpers in http.py.
+Each API family's routes live in its folder under llamaserve/families/ (beside its request
+models and serving code); the server's own routes (health, props, slots, metrics, LoRA,
+resumable streams, tools, the MCP proxy) in this folder's routes_*.py; what routes share in
+http.py.
 """
 
 from __future__ import annotations
@@ -17,17 +19,19 @@ from llamaserve.api.cors_proxy import cors_proxy_routes
 from llamaserve.api.http import JSONUTF8Response
 from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware, IdleMiddleware
 from llamaserve.api.prefix import PrefixMiddleware
-from llamaserve.api.routes_anthropic import anthropic_routes
-from llamaserve.api.routes_native import native_routes
-from llamaserve.api.routes_openai import openai_routes
 from llamaserve.api.routes_ops import ops_routes
-from llamaserve.api.routes_responses import responses_routes
 from llamaserve.api.routes_stream import stream_routes
 from llamaserve.api.routes_tools import tools_routes
 from llamaserve.api.site_guard import SiteGuardMiddleware, SitePolicy
 from llamaserve.api.sse import ClientGone
 from llamaserve.api.vertex import add_predict_route
 from llamaserve.errors import APIError
+from llamaserve.families.anthropic.routes import anthropic_routes
+from llamaserve.families.chat.routes import chat_routes
+from llamaserve.families.completions.routes import completion_routes
+from llamaserve.families.embeddings.routes import embedding_routes
+from llamaserve.families.native.routes import native_routes
+from llamaserve.families.responses.routes import responses_routes
 from llamaserve.serving.sleep import IdleSleeper
 from llamaserve.serving.state import ServerState
 from llamaserve.tools.registry import Toolbox
@@ -87,8 +91,12 @@ def create_app(state: ServerState, toolbox: Toolbox | None = None) -> FastAPI:
     _add_error_handlers(app)
     routers = [
         ops_routes(state),
+        # llama-server's native routes before OpenAI's: Vertex AI's /predict gives an alias
+        # (`completions`, `embeddings`) to the first route registered under it.
         native_routes(state),
-        openai_routes(state),
+        completion_routes(state),
+        embedding_routes(state),
+        chat_routes(state),
         anthropic_routes(state),
         responses_routes(state),
         stream_routes(state),

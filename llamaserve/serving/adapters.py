@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from llamaserve.errors import APIError, validation_message
+from llamaserve.families.chat.protocol import ChatCompletionRequest
 from llamaserve.protocol.common import SamplingFields
-from llamaserve.protocol.openai import ChatCompletionRequest
 
 
 def forwarded_fields(req: BaseModel, own: set[str]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llamaserve.errors import APIError
-from llamaserve.protocol.openai import ChatMessage
+from llamaserve.families.chat.protocol import ChatMessage
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import anthropic
 import httpx
 import pytest
 
-from llamaserve.protocol.anthropic import CountTokensRequest
+from llamaserve.families.anthropic.protocol import CountTokensRequest
 
 GREEDY = {"temperature": 0.0}
 

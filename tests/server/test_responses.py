@@ -17,7 +17,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from llamaserve.protocol.responses import ResponsesRequest
+from llamaserve.families.responses.protocol import ResponsesRequest
 
 from .conftest import start_server, stop_server
 

@@ -17,11 +17,11 @@ import pytest
 from llamaserve.chat.parsed import ParsedMessage, ToolCall
 from llamaserve.engine.types import Finished, Timings
 from llamaserve.errors import APIError
-from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
-from llamaserve.serving.chat import ChatChoice, ChatChunk, ChatResult
+from llamaserve.families.anthropic.protocol import CountTokensRequest, MessagesRequest
+from llamaserve.families.anthropic.request import to_chat_request
+from llamaserve.families.anthropic.serving import MessageStream, error_event, message_body
+from llamaserve.families.chat.serving import ChatChoice, ChatChunk, ChatResult
 from llamaserve.serving.generate import Usage
-from llamaserve.serving.messages import MessageStream, error_event, message_body
-from llamaserve.serving.messages_request import to_chat_request
 
 
 # ------------------------------------------------------------------ helpers

@@ -7,8 +7,8 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 from llamaserve.config import ServerConfig
-from llamaserve.protocol.native import InfillRequest
-from llamaserve.serving.completion import infill_request
+from llamaserve.families.completions.protocol import InfillRequest
+from llamaserve.families.completions.serving import infill_request
 from llamaserve.serving.lora import LoraScales
 
 PRE, SUF, MID = 1, 2, 3

@@ -147,7 +147,7 @@ def _imports_of(path: Path, package_root: Path) -> list[Import]:
                 else:
                     target = child.module or ""
                 found.append(Import(module, target, child.lineno, top_level))
-                # `from llamaserve.serving import chat` imports the submodule too.
+                # `from llamaserve.serving import generate` imports the submodule too.
                 for alias in child.names:
                     candidate = f"{target}.{alias.name}"
                     if (package_root.parent / Path(*candidate.split("."))).with_suffix(".py").exists():
@@ -162,10 +162,22 @@ def all_imports(package_root: Path) -> list[Import]:
     return [imp for path in sorted(package_root.rglob("*.py")) for imp in _imports_of(path, package_root)]
 
 
+# One folder per API family (llamaserve/families/<family>/) holds that family's request models,
+# serving code and routes side by side; each module keeps the layer its name says.
+FAMILIES = "families"
+FAMILY_LAYERS = {"protocol": "protocol", "routes": "api"}
+
+
 def _part(dotted: str, package: str) -> str:
-    """`llamaserve.engine.scheduler` -> `engine`; `llamaserve.cli` -> `cli`; `llamaserve` -> `__init__`."""
+    """`llamaserve.engine.scheduler` -> `engine`; `llamaserve.cli` -> `cli`; `llamaserve` -> `__init__`;
+    `llamaserve.families.chat.routes` -> `api`, `...protocol` -> `protocol`, any other family module
+    -> `serving`."""
     rest = dotted.split(".")[1:]
-    return rest[0] if rest else "__init__"
+    if not rest:
+        return "__init__"
+    if rest[0] == FAMILIES:
+        return FAMILY_LAYERS.get(rest[2], "serving") if len(rest) > 2 else "serving"
+    return rest[0]
 
 
 def violations(package_root: Path) -> list[str]:
@@ -178,7 +190,7 @@ def violations(package_root: Path) -> list[str]:
         top = imp.target.split(".")[0]
         if top == package:
             dst_rest = imp.target.split(".")[1:]
-            dst_part = dst_rest[0] if dst_rest else "__init__"
+            dst_part = _part(imp.target, package)
             if dst_part == src_part:
                 continue
             allowed = ALLOWED.get(src_part)
@@ -188,6 +200,8 @@ def violations(package_root: Path) -> list[str]:
             dotted = ".".join(dst_rest)
             if "*" in allowed or any(dotted == a or dotted.startswith(a + ".") for a in allowed):
                 continue
+            if dst_rest[:1] == [FAMILIES] and dst_part in allowed:
+                continue  # a family's module counts as its layer
             # Where only some modules of that part are allowed, name the one refused.
             partly = any(a.startswith(dst_part + ".") for a in allowed)
             out.append(f"{where} ('{src_part}' may not import '{dotted if partly else dst_part}')")
@@ -233,7 +247,7 @@ def cycles(package_root: Path) -> list[list[str]]:
 # or a getattr() by name of the scheduler or its parts (that is how the prompt cache was reached).
 SCHEDULER_ATTRIBUTES = {"scheduler", "_scheduler"}
 SCHEDULER_PARTS_BY_NAME = {"scheduler", "_scheduler", "kv", "admission", "slots"}
-HTTP_PARTS = ("serving", "api")
+HTTP_PARTS = ("serving", "api", FAMILIES)
 
 
 def _engine_bypasses_in(path: Path, module: str) -> list[str]:

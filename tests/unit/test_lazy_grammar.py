@@ -16,8 +16,8 @@ from llamaserve.config import embedded_default_model
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.types import GenerationRequest
 from llamaserve.errors import APIError
+from llamaserve.families.completions.protocol import NativeCompletionRequest
 from llamaserve.grammar.patterns import trigger_pattern_problem
-from llamaserve.protocol.native import NativeCompletionRequest
 from llamaserve.serving.lazy_grammar import lazy_grammar, settings_fields, triggers
 
 SPECIAL = {"<tool_call>": 900, "<|im_end|>": 901}

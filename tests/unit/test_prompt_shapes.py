@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from llamaserve.errors import APIError
-from llamaserve.serving.embedding import _inputs
+from llamaserve.families.embeddings.serving import _inputs
 from llamaserve.serving.params import prompt_tokens, split_prompts
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llamaserve.serving.response_store import (
+from llamaserve.families.responses.store import (
     ResponseNotFound,
     ResponseStore,
     StoredResponse,

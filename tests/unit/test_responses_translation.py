@@ -15,11 +15,11 @@ import pytest
 
 from llamaserve.chat.parsed import ParsedMessage, ToolCall
 from llamaserve.errors import APIError
-from llamaserve.protocol.responses import ResponsesRequest
-from llamaserve.serving.chat import ChatChunk
+from llamaserve.families.chat.serving import ChatChunk
+from llamaserve.families.responses.input import to_chat_request
+from llamaserve.families.responses.protocol import ResponsesRequest
+from llamaserve.families.responses.serving import ResponseStream, envelope, finish, output_items
 from llamaserve.serving.generate import Usage
-from llamaserve.serving.responses import ResponseStream, envelope, finish, output_items
-from llamaserve.serving.responses_input import to_chat_request
 
 GREEDY = {"temperature": 0.0}
 USAGE = Usage(prompt_tokens=20, cached_tokens=5, completion_tokens=9)

@@ -13,8 +13,8 @@ from llamaserve.engine.sampling import SAMPLER_LETTERS, SCALAR_KNOBS, SamplingPa
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.types import GenerationRequest
 from llamaserve.errors import APIError
+from llamaserve.families.chat.protocol import ChatMessage
 from llamaserve.protocol.common import SamplingFields
-from llamaserve.protocol.openai import ChatMessage
 from llamaserve.serving.params import sampling_config, stop_strings
 from llamaserve.serving.prefill import split_prefill
 from llamaserve.serving.template_kwargs import render_kwargs, server_template_kwargs

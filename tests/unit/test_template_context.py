@@ -9,14 +9,15 @@ from datetime import date
 import pytest
 
 from llamaserve.chat.template import ChatTemplate, TemplateError
-from tests.unit.test_chat_template import TEMPLATE_DIR, WEATHER_TOOL, load
+from tests.llama_cpp_files import TEMPLATES
+from tests.unit.test_chat_template import WEATHER_TOOL, load
 
 USER = [{"role": "user", "content": "What is today?"}]
 
 
 def test_template_dir_has_the_date_templates() -> None:
-    assert (TEMPLATE_DIR / "meta-llama-Llama-3.3-70B-Instruct.jinja").is_file()
-    assert (TEMPLATE_DIR / "fireworks-ai-llama-3-firefunction-v2.jinja").is_file()
+    assert (TEMPLATES / "meta-llama-Llama-3.3-70B-Instruct.jinja").is_file()
+    assert (TEMPLATES / "fireworks-ai-llama-3-firefunction-v2.jinja").is_file()
 
 
 def test_llama33_tells_the_model_todays_date() -> None:

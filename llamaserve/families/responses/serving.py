@@ -1,12 +1,12 @@
 """OpenAI Responses over the chat pipeline: the answer side.
 
-The request becomes a chat request in serving/responses_input.py. The chat
+The request becomes a chat request in families/responses/input.py. The chat
 pipeline's typed answer (`ChatResult`, or its `ChatChunk`s) is shaped here into a
 Response object or the Responses event stream (sequence_number on every event).
 
 A request that continues a stored response (previous_response_id) gets
 the stored conversation as `history` items in front of its own input; the
-store itself and the lookups live in serving/response_state.py.
+store itself and the lookups live in state.py.
 conversation and background are refused with a 400.
 """
 
@@ -19,12 +19,12 @@ from typing import Any
 from llamaserve.chat.parsed import ParsedMessage
 from llamaserve.engine.types import Finished, TextDelta
 from llamaserve.errors import APIError
-from llamaserve.protocol.responses import ResponsesRequest
-from llamaserve.serving import chat
+from llamaserve.families.chat import serving as chat
+from llamaserve.families.chat.serving import ChatChunk, ChatJobs
+from llamaserve.families.responses.input import to_chat_request
+from llamaserve.families.responses.protocol import ResponsesRequest
 from llamaserve.serving.adapters import new_id
-from llamaserve.serving.chat import ChatChunk, ChatJobs
 from llamaserve.serving.generate import Usage
-from llamaserve.serving.responses_input import to_chat_request
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.sse import named_event
 

@@ -1,8 +1,8 @@
 """OpenAI Responses routes: create, input_tokens, and the stored responses.
 
-They translate to the chat pipeline (serving/responses.py) and use the app's
+They translate to the chat pipeline (families/responses/serving.py) and use the app's
 OpenAI-shaped error handler. Stored responses (previous_response_id, GET,
-DELETE, input_items) go through serving/response_state.py to the SQLite file
+DELETE, input_items) go through state.py to the SQLite file
 of --responses-db; the GET and DELETE routes need no model, so they answer
 while it loads.
 """
@@ -16,11 +16,13 @@ from fastapi.responses import Response
 
 from llamaserve.api.http import JSONUTF8Response, note_tokens, read_json, runtime_of, stream_events
 from llamaserve.api.sse import until_disconnect
-from llamaserve.protocol.responses import ResponsesRequest
-from llamaserve.serving import chat, generate, response_state
-from llamaserve.serving import responses as resp
-from llamaserve.serving.response_store import ResponseStore, db_path
-from llamaserve.serving.responses_input import to_chat_request
+from llamaserve.families.chat import serving as chat
+from llamaserve.families.responses import serving as resp
+from llamaserve.families.responses import state as response_state
+from llamaserve.families.responses.input import to_chat_request
+from llamaserve.families.responses.protocol import ResponsesRequest
+from llamaserve.families.responses.store import ResponseStore, db_path
+from llamaserve.serving import generate
 from llamaserve.serving.state import ServerState
 
 

@@ -11,7 +11,7 @@ class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     # Text, token ids, a mix, a {"prompt_string"} or {"content": [parts]} object, or a list of
-    # those: checked in serving/embedding.py, which knows every shape llama-server accepts.
+    # those: checked in families/embeddings/serving.py, which knows every shape llama-server accepts.
     input: str | dict[str, Any] | list[Any]
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"

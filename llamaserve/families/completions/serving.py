@@ -13,8 +13,7 @@ from typing import Any
 from llamaserve.engine.sampling import SamplingParams
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
-from llamaserve.protocol.native import InfillRequest, NativeCompletionRequest
-from llamaserve.protocol.openai import CompletionRequest
+from llamaserve.families.completions.protocol import CompletionRequest, InfillRequest, NativeCompletionRequest
 from llamaserve.serving import generate, logprobs, media
 from llamaserve.serving.generate import progress_fields
 from llamaserve.serving.info import spec_types

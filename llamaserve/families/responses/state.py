@@ -1,6 +1,6 @@
 """Stateful Responses: previous_response_id, store, and the GET/DELETE routes' bodies.
 
-The routes call these; they call the ResponseStore (serving/response_store.py)
+The routes call these; they call the ResponseStore (store.py)
 in a worker thread each time, because SQLite blocks on the disk and the event
 loop must not. Store problems become APIErrors in OpenAI's envelope:
 an unknown id is a 404, a broken database a 500. A failed write never costs
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from llamaserve.errors import APIError
-from llamaserve.protocol.responses import ResponsesRequest
-from llamaserve.serving.response_store import (
+from llamaserve.families.responses.protocol import ResponsesRequest
+from llamaserve.families.responses.store import (
     Item,
     ResponseNotFound,
     ResponseStore,

@@ -1,6 +1,6 @@
 """Anthropic Messages routes: /v1/messages and /v1/messages/count_tokens.
 
-They translate to the chat pipeline (serving/messages.py) and answer every
+They translate to the chat pipeline (families/anthropic/serving.py) and answer every
 error, body-parse and validation errors included, in Anthropic's envelope
 `{"type": "error", "error": {"type", "message"}}`, sending mid-stream
 failures as `event: error`. They catch errors themselves because the app's
@@ -22,10 +22,11 @@ from fastapi.responses import Response
 from llamaserve.api.http import JSONUTF8Response, note_tokens, read_json, runtime_of, stream_events
 from llamaserve.api.sse import ClientGone, until_disconnect
 from llamaserve.errors import APIError
-from llamaserve.protocol.anthropic import CountTokensRequest, MessagesRequest
-from llamaserve.serving import chat, generate
-from llamaserve.serving import messages as msgs
-from llamaserve.serving.messages_request import to_chat_request
+from llamaserve.families.anthropic import serving as msgs
+from llamaserve.families.anthropic.protocol import CountTokensRequest, MessagesRequest
+from llamaserve.families.anthropic.request import to_chat_request
+from llamaserve.families.chat import serving as chat
+from llamaserve.serving import generate
 from llamaserve.serving.state import ServerState
 
 log = logging.getLogger("llamaserve.http")

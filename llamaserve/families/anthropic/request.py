@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 from llamaserve.errors import APIError
-from llamaserve.protocol.anthropic import AnthropicMessage, AnthropicTool, CountTokensRequest, ToolChoice
-from llamaserve.protocol.openai import ChatCompletionRequest
+from llamaserve.families.anthropic.protocol import AnthropicMessage, AnthropicTool, CountTokensRequest, ToolChoice
+from llamaserve.families.chat.protocol import ChatCompletionRequest
 from llamaserve.serving.adapters import build_chat_request, copy_set_fields, forwarded_fields, new_id
 
 # Fields of the Anthropic request that are translated, not forwarded as they are.

@@ -10,7 +10,7 @@ import numpy as np
 
 from llamaserve.engine.backend import Embedder, EmbedError
 from llamaserve.errors import APIError
-from llamaserve.protocol.embedding import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
+from llamaserve.families.embeddings.protocol import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
 from llamaserve.serving.params import prompt_tokens
 from llamaserve.serving.runtime import ModelRuntime
 

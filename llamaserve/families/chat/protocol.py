@@ -1,12 +1,13 @@
-"""OpenAI request models: /v1/chat/completions and /v1/completions."""
+"""OpenAI chat request models: /v1/chat/completions (and what audio transcriptions and the
+Anthropic and Responses adapters turn their requests into)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from llamaserve.protocol.common import LazyGrammarFields, SamplingFields
+from llamaserve.protocol.common import SamplingFields
 
 Role = Literal["system", "user", "assistant", "tool", "developer", "function"]
 
@@ -60,17 +61,3 @@ class ChatCompletionRequest(SamplingFields):
         if isinstance(v, list) and len(v) > 16:
             raise ValueError("at most 16 stop sequences")
         return v
-
-
-class CompletionRequest(SamplingFields, LazyGrammarFields):
-    model: str | None = None
-    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]] = ""
-    max_tokens: int | None = Field(16, ge=-1)
-    n: int = Field(1, ge=1, le=256)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None
-    echo: bool = False
-    logprobs: int | None = Field(None, ge=0, le=20)
-    response_format: dict[str, Any] | None = None
-    suffix: str | None = None

@@ -1,6 +1,6 @@
 """Anthropic Messages over the chat pipeline.
 
-A Messages request becomes the chat pipeline's request (messages_request.py), runs
+A Messages request becomes the chat pipeline's request (request.py), runs
 through chat.chat_result / chat.chat_chunks, and their typed answer (the parsed message,
 the engine's stop type and matched stop word, the usage) is shaped here into Anthropic's
 message and event stream.
@@ -18,12 +18,12 @@ from typing import Any
 from llamaserve.chat.parsed import ParsedMessage
 from llamaserve.engine.types import Finished, TextDelta
 from llamaserve.errors import APIError
-from llamaserve.protocol.anthropic import CountTokensRequest
-from llamaserve.serving import chat
+from llamaserve.families.anthropic.protocol import CountTokensRequest
+from llamaserve.families.anthropic.request import to_chat_request
+from llamaserve.families.chat import serving as chat
+from llamaserve.families.chat.serving import ChatChunk, ChatJobs, ChatResult
 from llamaserve.serving.adapters import new_id
-from llamaserve.serving.chat import ChatChunk, ChatJobs, ChatResult
 from llamaserve.serving.generate import Usage
-from llamaserve.serving.messages_request import to_chat_request
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.sse import named_event
 

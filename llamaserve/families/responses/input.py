@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from llamaserve.errors import APIError
-from llamaserve.protocol.openai import ChatCompletionRequest
-from llamaserve.protocol.responses import ResponsesRequest
+from llamaserve.families.chat.protocol import ChatCompletionRequest
+from llamaserve.families.responses.protocol import ResponsesRequest
 from llamaserve.serving.adapters import build_chat_request, copy_set_fields, forwarded_fields
 
 _OWN_FIELDS = {

@@ -28,9 +28,9 @@ from llamaserve.engine.reasoning_budget import ReasoningBudgetSpec
 from llamaserve.engine.sampling import GrammarError
 from llamaserve.engine.types import Finished, GenerationRequest, TextDelta
 from llamaserve.errors import APIError
-from llamaserve.protocol.openai import ChatCompletionRequest, ChatMessage
+from llamaserve.families.chat.protocol import ChatCompletionRequest, ChatMessage
+from llamaserve.families.completions.serving import verbose_body
 from llamaserve.serving import generate, logprobs, media
-from llamaserve.serving.completion import verbose_body
 from llamaserve.serving.generate import Usage, progress_fields
 from llamaserve.serving.jobs import build_request, choices, request_sampling, wants_verbose
 from llamaserve.serving.params import prompt_tokens, stop_strings

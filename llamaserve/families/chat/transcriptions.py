@@ -16,8 +16,9 @@ from pydantic import ValidationError
 
 from llamaserve.engine.types import Finished, TextDelta
 from llamaserve.errors import APIError
-from llamaserve.protocol.openai import ChatCompletionRequest
-from llamaserve.serving import chat, generate
+from llamaserve.families.chat import serving as chat
+from llamaserve.families.chat.protocol import ChatCompletionRequest
+from llamaserve.serving import generate
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.sse import DONE, data_event
 

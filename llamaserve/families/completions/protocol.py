@@ -1,4 +1,4 @@
-"""llama-server's native request models: /completion, /tokenize, /detokenize, /apply-template."""
+"""Text completion request models: llama-server's /completion and /infill, OpenAI's /v1/completions."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from llamaserve.families.chat.protocol import StreamOptions
 from llamaserve.protocol.common import LazyGrammarFields, SamplingFields
-from llamaserve.protocol.openai import ChatMessage
 
 # A prompt: text, token ids, a mix of both, an object with a prompt_string, or a list of
 # such prompts. Strict: JSON true or 1.5 must not slip through as token 1.
@@ -58,26 +58,15 @@ class InfillRequest(NativeCompletionRequest):
     prompt: str = ""  # text after the cursor hint, appended after FIM_MID
 
 
-class TokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    content: str = ""
-    add_special: bool = False
-    parse_special: bool = True
-    with_pieces: bool = False
-
-
-class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    tokens: list[int] = Field(default_factory=list)
-
-
-class ApplyTemplateRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    messages: list[ChatMessage] = Field(..., min_length=1)
-    tools: list[dict[str, Any]] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    # False: the prompt ends after the last message, without the assistant header.
-    add_generation_prompt: bool = True
+class CompletionRequest(SamplingFields, LazyGrammarFields):
+    model: str | None = None
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]] = ""
+    max_tokens: int | None = Field(16, ge=-1)
+    n: int = Field(1, ge=1, le=256)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+    suffix: str | None = None

@@ -1,4 +1,5 @@
-"""OpenAI-compatible routes: chat completions, legacy completions, embeddings."""
+"""OpenAI chat routes: /v1/chat/completions, its input-token count, and audio transcriptions
+(which run through the chat pipeline)."""
 
 from __future__ import annotations
 
@@ -9,25 +10,17 @@ from fastapi.responses import Response
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from llamaserve.api.http import (
-    JSONUTF8Response,
-    note_tokens,
-    read_body,
-    read_json,
-    runtime_of,
-    stream_events,
-    with_usage,
-)
+from llamaserve.api.http import JSONUTF8Response, read_body, read_json, runtime_of, stream_events, with_usage
 from llamaserve.api.sse import until_disconnect
 from llamaserve.errors import APIError
-from llamaserve.protocol.embedding import EmbeddingRequest
-from llamaserve.protocol.openai import ChatCompletionRequest, CompletionRequest
-from llamaserve.serving import chat, completion, embedding, generate, transcriptions
-from llamaserve.serving.jobs import wants_verbose
+from llamaserve.families.chat import serving as chat
+from llamaserve.families.chat import transcriptions
+from llamaserve.families.chat.protocol import ChatCompletionRequest
+from llamaserve.serving import generate
 from llamaserve.serving.state import ServerState
 
 
-def openai_routes(state: ServerState) -> APIRouter:
+def chat_routes(state: ServerState) -> APIRouter:
     router = APIRouter()
 
     @router.post("/v1/chat/completions")
@@ -49,27 +42,6 @@ def openai_routes(state: ServerState) -> APIRouter:
         req = await read_json(request, ChatCompletionRequest)
         n = await chat.count_tokens_with_media(rt, req)
         return JSONUTF8Response({"input_tokens": n, "object": "response.input_tokens"})
-
-    @router.post("/v1/completions")
-    async def oai_completion(request: Request) -> Response:
-        rt = runtime_of(state)
-        req = await read_json(request, CompletionRequest)
-        groups = await completion.oai_requests(rt, req)
-        if req.stream:
-            if len(groups) != 1:
-                raise APIError("streaming supports a single prompt")
-            events = generate.stream(rt.engine, groups[0])
-            return await stream_events(request, events, lambda ev: completion.oai_stream(rt, req, groups[0], ev))
-        answer = completion.oai_complete(rt, groups, verbose=wants_verbose(rt, req))
-        return with_usage(request, await until_disconnect(request, answer))
-
-    @router.post("/v1/embeddings")
-    async def oai_embeddings(request: Request) -> Response:
-        rt = runtime_of(state)
-        req = await read_json(request, EmbeddingRequest)
-        body = await embedding.openai_embeddings(rt, req)
-        note_tokens(request, body["usage"]["prompt_tokens"], 0, 0)
-        return JSONUTF8Response(body)
 
     @router.post("/v1/audio/transcriptions")
     @router.post("/audio/transcriptions")
