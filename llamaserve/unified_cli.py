@@ -209,3 +209,7 @@ def llama_main(argv: Sequence[str] | None = None) -> int:
 
 def entry_llama() -> None:
     sys.exit(llama_main())
+
+
+if __name__ == "__main__":  # python -m llamaserve.unified_cli, where the `llama` script is not installed
+    entry_llama()

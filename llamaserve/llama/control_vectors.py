@@ -10,16 +10,17 @@ for the numbers, so no GGUF library of ours is needed.
 from __future__ import annotations
 
 import ctypes
-import os
 from dataclasses import dataclass
 
-import llama_cpp
 import llama_cpp.llama_cpp as C
 import numpy as np
 
 from llamaserve.llama.context import Context
+from llamaserve.llama.devices import native_library
 
-_base = ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-base.so"))
+# The ggml llama-cpp-python loaded (LLAMA_CPP_LIB_PATH honoured): a second copy from the package's
+# own folder would be another library, with tensors the loaded model's ggml does not know.
+_base = native_library("libggml-base.so")
 _GGML_TYPE_F32 = 0
 
 

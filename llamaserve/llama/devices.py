@@ -22,12 +22,13 @@ DEVICE_TYPE_GPU = 1
 DEVICE_TYPE_IGPU = 2
 
 
-def _load(name: str) -> ctypes.CDLL:
+def native_library(name: str) -> ctypes.CDLL:
+    """One of llama.cpp's shared libraries, from where llama-cpp-python loaded its own."""
     return ctypes.CDLL(os.path.join(_LIB_DIR, name))
 
 
-_ggml = _load("libggml.so")
-_base = _load("libggml-base.so")
+_ggml = native_library("libggml.so")
+_base = native_library("libggml-base.so")
 
 _ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
 _ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
