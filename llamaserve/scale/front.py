@@ -16,7 +16,8 @@ import functools
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpcore
@@ -119,74 +120,103 @@ async def member_metrics(balancer: Balancer, client: httpx.AsyncClient) -> str:
     return merge_metrics(texts, own).replace('{model="', '{upstream="')
 
 
+@dataclass(frozen=True)
+class _Front:
+    """What the front's handlers share, kept on the app's state (see `_front_of`)."""
+
+    balancer: Balancer
+    upstream: Upstream
+
+
+def _front_of(request: Request) -> _Front:
+    front = request.app.state.front
+    if not isinstance(front, _Front):  # only create_front_app builds apps these handlers serve
+        raise TypeError("front route on an app without its balancer")
+    return front
+
+
+async def _health(request: Request) -> Response:
+    if not _front_of(request).balancer.healthy():
+        raise APIError("no upstream server is healthy", "unavailable_error")
+    return _json({"status": "ok"})
+
+
+async def _metrics(request: Request) -> Response:
+    front = _front_of(request)
+    return Response(await member_metrics(front.balancer, front.upstream.client), media_type="text/plain; version=0.0.4")
+
+
+async def _try(front: _Front, request: Request, body: bytes, choice: Choice) -> Response | None:
+    """The member's answer; None when it refused the connection (it is then marked down)."""
+    member = choice.member
+    front.balancer.started(member)
+    log.debug("%s %s → %s (%s)", request.method, request.url.path, member.url, choice.reason)
+    try:
+        answer = await front.upstream.forward(
+            member.url,
+            request.method,
+            request.url.path,
+            request.url.query,
+            request.headers.items(),
+            body,
+            on_done=functools.partial(front.balancer.finished, member),
+        )
+    except APIError as exc:
+        # Upstream.forward speaks httpcore (not httpx): its ConnectError is the refusal.
+        if not isinstance(exc.__cause__, httpcore.ConnectError):
+            raise
+        log.warning("upstream %s refused the connection: taken out until /health answers", member.url)
+        front.balancer.set_health(member.url, False)
+        return None
+    answer.headers[UPSTREAM_HEADER] = member.url
+    if request.url.path.startswith("/v1/responses") and isinstance(answer, StreamingResponse):
+        answer.body_iterator = _sniffed(
+            answer.body_iterator,  # type: ignore[arg-type]
+            functools.partial(_record, front.balancer, member.url),
+        )
+    return answer
+
+
+async def _send(front: _Front, request: Request, body: bytes, choose: Callable[[frozenset[str]], Choice]) -> Response:
+    """Forward to the chosen member; one that refuses the connection (nothing was sent yet) is
+    left out and the choice made again, until no member is left (503)."""
+    tried: frozenset[str] = frozenset()
+    while True:
+        try:
+            choice = choose(tried)
+        except NoMember as exc:
+            raise APIError(str(exc), "unavailable_error") from exc
+        answer = await _try(front, request, body, choice)
+        if answer is not None:
+            return answer
+        tried |= {choice.member.url}
+
+
+async def _forwarded(request: Request) -> Response:
+    """Every route but the front's own: the member the balancer picks for this request."""
+    front = _front_of(request)
+    body = await request.body()
+    parsed = _parsed(request, body)
+    hashes = block_hashes(prompt_text(parsed)) if parsed is not None else []
+    session = session_key(request.headers, request.query_params.get("conv_id"))
+    previous = ""
+    if isinstance(parsed, dict) and isinstance(parsed.get("previous_response_id"), str):
+        previous = parsed["previous_response_id"]
+    stored = _STORED.match(request.url.path)
+    if stored and request.method in ("GET", "DELETE"):
+        previous = stored.group(1)
+
+    def choose(tried: frozenset[str]) -> Choice:
+        return front.balancer.choose(hashes, session, previous, tried)
+
+    return await _send(front, request, body, choose)
+
+
 def create_front_app(config: ServerConfig, balancer: Balancer, upstream: Upstream) -> FastAPI:
     app = edge_app("llamaserve front", config)
-
-    @app.get("/health")
-    @app.get("/v1/health")
-    async def health() -> Response:
-        if not balancer.healthy():
-            raise APIError("no upstream server is healthy", "unavailable_error")
-        return _json({"status": "ok"})
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(await member_metrics(balancer, upstream.client), media_type="text/plain; version=0.0.4")
-
-    async def send(request: Request, body: bytes, choose: Callable[[frozenset[str]], Choice]) -> Response:
-        tried: frozenset[str] = frozenset()
-        while True:
-            try:
-                choice = choose(tried)
-            except NoMember as exc:
-                raise APIError(str(exc), "unavailable_error") from exc
-            member = choice.member
-            balancer.started(member)
-            log.debug("%s %s → %s (%s)", request.method, request.url.path, member.url, choice.reason)
-            try:
-                answer = await upstream.forward(
-                    member.url,
-                    request.method,
-                    request.url.path,
-                    request.url.query,
-                    request.headers.items(),
-                    body,
-                    on_done=functools.partial(balancer.finished, member),
-                )
-            except APIError as exc:
-                # Upstream.forward speaks httpcore (not httpx): its ConnectError is the refusal.
-                if not isinstance(exc.__cause__, httpcore.ConnectError):
-                    raise
-                # Refused before anything was sent: that member is down, another one can answer.
-                log.warning("upstream %s refused the connection: taken out until /health answers", member.url)
-                balancer.set_health(member.url, False)
-                tried |= {member.url}
-                continue
-            answer.headers[UPSTREAM_HEADER] = member.url
-            if request.url.path.startswith("/v1/responses") and isinstance(answer, StreamingResponse):
-                answer.body_iterator = _sniffed(
-                    answer.body_iterator,  # type: ignore[arg-type]
-                    functools.partial(_record, balancer, member.url),
-                )
-            return answer
-
-    async def forwarded(request: Request) -> Response:
-        body = await request.body()
-        parsed = _parsed(request, body)
-        hashes = block_hashes(prompt_text(parsed)) if parsed is not None else []
-        session = session_key(request.headers, request.query_params.get("conv_id"))
-        previous = ""
-        if isinstance(parsed, dict) and isinstance(parsed.get("previous_response_id"), str):
-            previous = parsed["previous_response_id"]
-        stored = _STORED.match(request.url.path)
-        if stored and request.method in ("GET", "DELETE"):
-            previous = stored.group(1)
-
-        def choose(tried: frozenset[str]) -> Choice:
-            return balancer.choose(hashes, session, previous, tried)
-
-        return await send(request, body, choose)
-
-    route: Callable[[Request], Awaitable[Response]] = forwarded
-    app.add_api_route("/{path:path}", route, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+    app.state.front = _Front(balancer, upstream)
+    app.add_api_route("/health", _health, methods=["GET"])
+    app.add_api_route("/v1/health", _health, methods=["GET"])
+    app.add_api_route("/metrics", _metrics, methods=["GET"])
+    app.add_api_route("/{path:path}", _forwarded, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     return app
