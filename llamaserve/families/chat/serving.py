@@ -186,6 +186,26 @@ def _with_system_text(messages: list[ChatMessage], text: str) -> list[ChatMessag
     return [ChatMessage(role="system", content=text), *messages]
 
 
+async def _answer_grammar(
+    rt: ModelRuntime, req: ChatCompletionRequest, fmt: ToolFormat | None, tools: list[dict[str, Any]] | None
+) -> tuple[str | None, tuple[str, ...], tuple[str, ...]]:
+    """(grammar, lazy triggers, extra stop strings) that shape the answer: the request's own
+    grammar, JSON schema or response format, or the tool-call format's; never both."""
+    structured = await resolve_grammar(
+        rt.model, grammar=req.grammar, json_schema=req.json_schema, response_format=req.response_format
+    )
+    spec = fmt.grammar(tools or [], req.tool_choice or "auto", req.parallel_tool_calls is not False) if fmt else None
+    if spec is None:
+        return structured, (), ()
+    if structured is not None:
+        raise APIError("tools cannot be combined with grammar, json_schema or response_format")
+    try:
+        await asyncio.to_thread(rt.model.check_grammar, spec.gbnf, spec.triggers)
+    except GrammarError:
+        raise APIError("the tool-call grammar was rejected by llama.cpp; check the tools' schemas") from None
+    return spec.gbnf, tuple(spec.triggers), tuple(spec.stops)
+
+
 async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs:
     """The n choices of one chat request, ready for the engine."""
     if req.top_logprobs is not None and not req.logprobs:
@@ -222,23 +242,7 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
         continue_final_message=req.continue_final_message,
     )
 
-    structured = await resolve_grammar(
-        rt.model, grammar=req.grammar, json_schema=req.json_schema, response_format=req.response_format
-    )
-    grammar = structured
-    triggers: tuple[str, ...] = ()
-    extra_stops: tuple[str, ...] = ()
-    if fmt is not None:
-        spec = fmt.grammar(tools or [], req.tool_choice or "auto", req.parallel_tool_calls is not False)
-        if spec is not None:
-            if structured is not None:
-                raise APIError("tools cannot be combined with grammar, json_schema or response_format")
-            try:
-                await asyncio.to_thread(rt.model.check_grammar, spec.gbnf, spec.triggers)
-            except GrammarError:
-                raise APIError("the tool-call grammar was rejected by llama.cpp; check the tools' schemas") from None
-            grammar, triggers, extra_stops = spec.gbnf, spec.triggers, spec.stops
-
+    grammar, triggers, extra_stops = await _answer_grammar(rt, req, fmt, tools)
     reasoning_fmt = "none" if pure else _reasoning_format(rt, req)
     plan = ChatPlan(
         tool_format=fmt,
@@ -248,12 +252,12 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
     )
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     n_probs = (req.top_logprobs or 0) if req.logprobs else (req.n_probs if req.n_probs else -1)
-    stops = stop_strings(req.stop) + tuple(extra_stops)
+    stops = stop_strings(req.stop) + extra_stops
     if media_refs:
         tokens = await media.tokenize(rt, prompt, blobs, media_refs, add_special=_adds_bos(rt, prompt))
     else:
         tokens = chat_tokens(rt, prompt)
-    sampling = request_sampling(rt, req, grammar=grammar, grammar_triggers=tuple(triggers))
+    sampling = request_sampling(rt, req, grammar=grammar, grammar_triggers=triggers)
     budget = _reasoning_budget(rt, req, plan, constrained=bool(sampling.grammar))
     job = build_request(
         rt, req, tokens, n_predict=limit, stop=list(stops), sampling=sampling, n_probs=n_probs, reasoning_budget=budget
