@@ -166,20 +166,17 @@ def attacker(agent_server: AgentServer) -> Iterator[int]:
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    from playwright import sync_api
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM} (scripts/bootstrap installs Debian's chromium)")
+def chromium(browser: Any) -> Iterator[Any]:
+    """A Chromium of its own (the rebinding rule is a launch flag), started through the suite's
+    Playwright: a second sync Playwright cannot run beside the session's."""
     # Chromium's own Local/Private Network Access checks would block the rebound page's request
     # before it left the browser; Firefox and Safari have none, so the server must refuse it
     # itself, and the test turns them off to see that it does.
     no_lna = "LocalNetworkAccessChecks,BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights"
     args = [*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {REBIND_NAME} 127.0.0.1", f"--disable-features={no_lna}"]
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
-        yield browser
-        browser.close()
+    own = browser.browser_type.launch(executable_path=CHROMIUM, args=args)
+    yield own
+    own.close()
 
 
 def _appears(marker: Path, seconds: float) -> bool:
