@@ -38,6 +38,15 @@ IDLE_EXEMPT_PATHS = PUBLIC_PATHS | {"/props", "/models", "/v1/models", "/metrics
 IDLE_EXEMPT_ANY_METHOD = {"/v1/stream", "/v1/streams/lookup", "/tools", "/cors-proxy"}
 
 
+async def send_json(
+    send: Send, status: int, payload: bytes, extra_headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    """A whole JSON answer from plain ASGI middleware, before any route runs (401, 403, 404, 408)."""
+    headers = [(b"content-type", b"application/json; charset=utf-8"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra_headers]})
+    await send({"type": "http.response.body", "body": payload})
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
@@ -83,19 +92,7 @@ class APIKeyMiddleware:
             }
         else:
             body = {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
-        payload = json.dumps(body).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json; charset=utf-8"),
-                    (b"content-length", str(len(payload)).encode()),
-                    (b"www-authenticate", b"Bearer"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
+        await send_json(send, 401, json.dumps(body).encode(), ((b"www-authenticate", b"Bearer"),))
 
 
 class AccessLogMiddleware:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from llamaserve.api.middleware import ASGIApp, Receive, Scope, Send
+from llamaserve.api.middleware import ASGIApp, Receive, Scope, Send, send_json
 
 _NOT_FOUND = json.dumps({"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}}).encode()
 
@@ -26,17 +26,7 @@ class PrefixMiddleware:
             return
         path: str = scope.get("path", "")
         if path != self.prefix and not path.startswith(self.prefix + "/"):
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 404,
-                    "headers": [
-                        (b"content-type", b"application/json; charset=utf-8"),
-                        (b"content-length", str(len(_NOT_FOUND)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": _NOT_FOUND})
+            await send_json(send, 404, _NOT_FOUND)
             return
         inner = dict(scope)
         inner["path"] = path[len(self.prefix) :] or "/"

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from llamaserve.api.middleware import ASGIApp, Receive, Scope, Send
+from llamaserve.api.middleware import ASGIApp, Receive, Scope, Send, send_json
 from llamaserve.config import ServerConfig
 
 log = logging.getLogger("llamaserve.security")
@@ -170,14 +170,4 @@ class SiteGuardMiddleware:
         client = scope.get("client") or ("?", 0)
         log.warning("refused %s %s from %s: %s", method, path, client[0], reason)
         body = json.dumps({"error": {"code": 403, "message": reason, "type": "permission_error"}}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 403,
-                "headers": [
-                    (b"content-type", b"application/json; charset=utf-8"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 403, body)

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from llamaserve.api.header_case import respell_headers
+from llamaserve.api.middleware import send_json
 from llamaserve.errors import APIError
 
 log = logging.getLogger("llamaserve")
@@ -168,18 +169,8 @@ class TimeoutMiddleware:
         payload = json.dumps(err.anthropic_body() if anthropic else err.openai_body()).encode()
         try:
             async with asyncio.timeout(self.timeout):
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 408,
-                        "headers": [
-                            (b"content-type", b"application/json; charset=utf-8"),
-                            (b"content-length", str(len(payload)).encode()),
-                            (b"connection", b"close"),
-                        ],
-                    }
-                )  # the rest of the body is still owed: never reuse
-                await send({"type": "http.response.body", "body": payload})
+                # The rest of the body is still owed: the connection is never reused.
+                await send_json(send, 408, payload, ((b"connection", b"close"),))
         except (TimeoutError, OSError):
             pass
 
