@@ -178,6 +178,8 @@ class ServerConfig:
     endpoint_metrics: bool = False
     endpoint_props: bool = False
     api_keys: tuple[str, ...] = ()
+    api_keys_config: str | None = None  # --api-keys-config: named keys with limits (llamaserve/quota/)
+    usage_db: str | None = None  # the SQLite file of their usage ("" or None: the config's, else the cache dir)
     ssl_key_file: str | None = None
     ssl_cert_file: str | None = None
     cors_origins: tuple[str, ...] = ("*",)

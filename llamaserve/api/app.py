@@ -19,11 +19,13 @@ from llamaserve.api.cors_proxy import cors_proxy_routes
 from llamaserve.api.http import JSONUTF8Response
 from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware, IdleMiddleware
 from llamaserve.api.prefix import PrefixMiddleware
+from llamaserve.api.quota import add_quota
 from llamaserve.api.routes_ops import ops_routes
 from llamaserve.api.routes_stream import stream_routes
 from llamaserve.api.routes_tools import tools_routes
 from llamaserve.api.site_guard import SiteGuardMiddleware, SitePolicy
 from llamaserve.api.sse import ClientGone
+from llamaserve.api.usage_report import UsageReportMiddleware
 from llamaserve.api.vertex import add_predict_route
 from llamaserve.errors import APIError
 from llamaserve.families.anthropic.routes import anthropic_routes
@@ -44,10 +46,14 @@ def _add_middleware(app: FastAPI, state: ServerState) -> None:
     anything else and marks every answer (unprefixed 404s and 401s too, as llama-server);
     the prefix is stripped before the site guard refuses what another site's page could
     send to the routes that act on the machine, and before the key check guards everything
-    else; and only authorised tasks reach the idle tracking (and may wake a sleeping model)."""
+    else; the key's limits (--api-keys-config) refuse before a task counts; and only authorised
+    tasks reach the idle tracking (and may wake a sleeping model). Innermost, a request from an
+    edge of ours gets what it used reported back (api/usage_report.py)."""
     config = state.config
+    app.add_middleware(UsageReportMiddleware, model=config.model_alias)
     if config.sleep_idle_seconds > 0:
         app.add_middleware(IdleMiddleware, sleeper=IdleSleeper(state, config.sleep_idle_seconds))
+    add_quota(app, config, model=config.model_alias, check_models=False)
     app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
     app.add_middleware(SiteGuardMiddleware, policy=SitePolicy.from_config(config))
     if config.api_prefix:

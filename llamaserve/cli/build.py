@@ -15,6 +15,7 @@ from llamaserve.engine.sampling import (
     SCALAR_KNOBS,
     SamplingParams,
 )
+from llamaserve.quota.policy import load_keys_config
 
 # Destinations that only mark a flag as given (features not built yet) and set no config field.
 _MARKERS = frozenset({"spec", "mtmd_pending", "removed"})
@@ -104,6 +105,9 @@ def _api_keys(values: dict[str, Any]) -> tuple[str, ...]:
     if "api_key_file" in values:
         text = _read_file(values.pop("api_key_file"), "--api-key-file")
         keys += [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if values.get("api_keys_config"):
+        # Read here too so a bad file stops the start with its message; the app reads it again.
+        keys += load_keys_config(values["api_keys_config"]).secrets
     return tuple(keys)
 
 

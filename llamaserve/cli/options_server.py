@@ -415,6 +415,23 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
         help="file of API keys, one per line ('#' starts a comment)",
     ),
     row(
+        "--api-keys-config",
+        "api_keys_config",
+        metavar="FILE",
+        env="LLAMASERVE_API_KEYS_CONFIG",
+        group=SERVER,
+        help="TOML or JSON file of named API keys with limits (rate, tokens, concurrency, max_tokens, models); "
+        "usage per key in /metrics and GET /usage",
+    ),
+    row(
+        "--usage-db",
+        "usage_db",
+        metavar="FILE",
+        env="LLAMASERVE_USAGE_DB",
+        group=SERVER,
+        help="SQLite file for the usage per key of --api-keys-config (default: in the user cache folder)",
+    ),
+    row(
         "--ssl-key-file",
         "ssl_key_file",
         metavar="FNAME",

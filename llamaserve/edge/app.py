@@ -1,7 +1,7 @@
 """The app shell of a process that forwards requests to our servers (the router, the
-`--upstreams` front): API keys checked once here, the site guard (api/site_guard.py), CORS,
-the access log, and errors in the envelope of the API family asked (Anthropic's for
-/v1/messages, else llama-server's)."""
+`--upstreams` front): API keys checked once here, their limits and usage (api/quota.py), the
+site guard (api/site_guard.py), CORS, the access log, and errors in the envelope of the API
+family asked (Anthropic's for /v1/messages, else llama-server's)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from llamaserve.api.cors import CORSMiddleware, CorsPolicy
 from llamaserve.api.middleware import AccessLogMiddleware, APIKeyMiddleware
+from llamaserve.api.quota import add_quota
 from llamaserve.api.site_guard import SiteGuardMiddleware, SitePolicy
 from llamaserve.config import ServerConfig
 from llamaserve.errors import APIError
@@ -17,6 +18,9 @@ from llamaserve.errors import APIError
 
 def edge_app(title: str, config: ServerConfig) -> FastAPI:
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
+    # The keys' limits and usage are kept here, at the process that holds the keys; the servers
+    # behind it report what each request used (api/usage_report.py) and enforce nothing.
+    add_quota(app, config, model=None, check_models=config.router)
     app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
     app.add_middleware(SiteGuardMiddleware, policy=SitePolicy.from_config(config))
     app.add_middleware(CORSMiddleware, policy=CorsPolicy.from_config(config))

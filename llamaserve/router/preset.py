@@ -30,6 +30,8 @@ ROUTER_ONLY_DESTS = frozenset(
         "reuse_port",
         "api_key",
         "api_key_file",
+        "api_keys_config",
+        "usage_db",
         "ssl_key_file",
         "ssl_cert_file",
         "models_dir",

@@ -57,11 +57,13 @@ ALLOWED: dict[str, set[str]] = {
     # thread, slot views, counters, slot files) and the plain data it trades in; never the
     # scheduler, its KV bookkeeping or its queue.
     "serving": {*ENGINE_FRONT, "chat", "grammar", "protocol", "errors", "sse", "config", "jsondepth", "outbound"},
-    "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools", "outbound"},
-    "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale"},
+    # quota/ (named keys, their limits and usage) is plain bookkeeping under the HTTP side and the edge.
+    "quota": {"config"},
+    "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools", "outbound", "quota"},
+    "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale", "quota.policy"},
     # What the processes at the edge share (edge/: the proxy, the app shell, the /metrics merge):
     # plain HTTP forwarding, with the API's key/CORS/site middleware in the shell; never the engine.
-    "edge": {"config", "errors", "sse", "api.middleware", "api.cors", "api.site_guard"},
+    "edge": {"config", "errors", "sse", "api.middleware", "api.cors", "api.site_guard", "api.quota"},
     # Router mode speaks HTTP to child processes of our own server and never imports the engine:
     # it reads the flag table (presets), the hub's cache listing, the web UI's files, forwards
     # through edge/, and of api/ takes only the start-up every process shares (api.run:
