@@ -129,12 +129,11 @@ class QuotaMiddleware:
         name = policy.name if policy else UNLISTED
         asked_model = ""
         if policy is not None and (policy.max_tokens is not None or (self.check_models and policy.models is not None)):
-            checked = await self._check_body(scope, receive, policy, path)
-            if isinstance(checked, APIError):
-                await _error(send, path, checked)
-                await self.ledger.record(name, self.model or "-", Counts(requests=1, errors=1))
+            refused, receive, asked_model = await self._check_body(scope, receive, policy, path)
+            if refused is not None:
+                await _error(send, path, refused)
+                await self.ledger.record(name, self.model or asked_model or "-", Counts(requests=1, errors=1))
                 return
-            receive, asked_model = checked
         if policy is not None:
             refusal = self.limiter.admit(policy, time.monotonic())
             if refusal is not None:
@@ -198,18 +197,20 @@ class QuotaMiddleware:
 
     async def _check_body(
         self, scope: Scope, receive: Receive, policy: KeyPolicy, path: str
-    ) -> APIError | tuple[Receive, str]:
-        """The body read once for the model and max_tokens checks, then given to the route."""
+    ) -> tuple[APIError | None, Receive, str]:
+        """The body read once for the model and max_tokens checks, then given to the route (the
+        refusal if any, the receive that replays the body, the model the body names)."""
         chunks: list[bytes] = []
         size = 0
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                return APIError("the client closed the request", status=499)
+                return APIError("the client closed the request", status=499), receive, ""
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.body_limit:
-                return APIError(f"request body too large (limit is {self.body_limit} bytes)", "request_too_large")
+                error = APIError(f"request body too large (limit is {self.body_limit} bytes)", "request_too_large")
+                return error, receive, ""
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
@@ -222,16 +223,17 @@ class QuotaMiddleware:
         if self.check_models and policy.models is not None and asked_model not in policy.models:
             allowed = ", ".join(sorted(policy.models))
             named = f"model '{asked_model}'" if asked_model else "a request that names no model"
-            return APIError(f"key '{policy.name}' may not use {named}; it may use: {allowed}", "permission_error")
+            error = APIError(f"key '{policy.name}' may not use {named}; it may use: {allowed}", "permission_error")
+            return error, receive, asked_model
         if isinstance(data, dict):
             capped = _capped(policy, path, data)
             if isinstance(capped, APIError):
-                return capped
+                return capped, receive, asked_model
             if capped:
                 body = json.dumps(data).encode()
                 headers = [(k, v) for k, v in scope.get("headers", ()) if k != b"content-length"]
                 scope["headers"] = [*headers, (b"content-length", str(len(body)).encode())]
-        return _replay(body, receive), asked_model
+        return None, _replay(body, receive), asked_model
 
     async def _usage(self, scope: Scope, send: Send) -> None:
         policy = self.keys.policy_for(presented_key(scope))
