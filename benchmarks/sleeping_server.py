@@ -37,7 +37,7 @@ def sleeping_runner(step_s: float) -> type[LlamaRunner]:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             # A few ordinary words in turn: no end token, no stop string, real detokenizing.
-            self._cycle = [t for t in self.model.tokenize(" the river runs north", add_special=False)]
+            self._cycle = list(self.model.tokenize(" the river runs north", add_special=False))
             self._next = 0
 
         def step(self, plan: list[PlanRow]) -> StepResult:
