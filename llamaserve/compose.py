@@ -47,13 +47,13 @@ from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, gpu_offload_support
 from llamaserve.llama.mtmd import Projector, ProjectorLoadError, ProjectorSettings
 from llamaserve.llama.progress import set_load_progress
 from llamaserve.llama.runner import LlamaRunner
-from llamaserve.llama.threads import PoolSpec, ThreadPools, set_process_priority
+from llamaserve.llama.threads import ThreadPools, set_process_priority
 from llamaserve.serving.lora import from_config as lora_from_config
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
 from llamaserve.serving.structured import server_default_grammar
 from llamaserve.serving.template_kwargs import server_template_kwargs
-from llamaserve.spec_setup import build_speculator
+from llamaserve.spec_setup import build_speculator, moe_overrides, pool_spec
 
 log = logging.getLogger("llamaserve")
 
@@ -178,12 +178,8 @@ def cache_policy(config: ServerConfig, prefill_tile_rows: int = 0) -> CachePolic
 
 def model_load_settings(config: ServerConfig) -> ModelLoadSettings:
     load = config.load
-    overrides = list(load.override_tensor)
     # --cpu-moe/-ncmoe/-ncffn are tensor overrides onto the CPU buffer, as llama-server spells them.
-    if load.cpu_moe:
-        overrides.append(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU")
-    for layer in range(load.n_cpu_moe):
-        overrides.append(rf"blk\.{layer}\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU")
+    overrides = [*load.override_tensor, *moe_overrides(load.cpu_moe, load.n_cpu_moe)]
     for layer in range(load.n_cpu_ffn):
         overrides.append(rf"blk\.{layer}\.ffn_(up|down|gate)\.=CPU")
     return ModelLoadSettings(
@@ -226,20 +222,12 @@ def context_tuning(config: ServerConfig) -> dict[str, Any]:
     }
 
 
-def _pool_spec(placement: CpuPlacement, fallback: CpuPlacement, n_threads: int) -> PoolSpec:
-    cpus = placement.cpus() or fallback.cpus()
-    strict = placement.strict if placement.strict is not None else bool(fallback.strict)
-    prio = placement.prio if placement.prio is not None else (fallback.prio or 0)
-    poll = placement.poll if placement.poll is not None else (fallback.poll if fallback.poll is not None else 50)
-    return PoolSpec(n_threads=n_threads, cpus=cpus, strict=strict, prio=prio, poll=poll)
-
-
 def thread_pools(config: ServerConfig, context: Context) -> ThreadPools | None:
     """llama-server's thread pools, made only when a placement flag asks (else llama.cpp's own)."""
     if config.cpu.is_default and config.cpu_batch.is_default:
         return None
-    gen = _pool_spec(config.cpu, CpuPlacement(), config.effective_threads)
-    batch = _pool_spec(config.cpu_batch, config.cpu, config.effective_threads_batch)
+    gen = pool_spec(config.cpu, CpuPlacement(), config.effective_threads)
+    batch = pool_spec(config.cpu_batch, config.cpu, config.effective_threads_batch)
     set_process_priority(gen.prio)
     log.info(
         "thread pools: %d threads on CPUs %s (poll %d, strict %s); batch %d threads on CPUs %s",
@@ -371,8 +359,9 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     _announce_unused_tuning(config)
     if config.load.numa:
         init_numa(config.load.numa)
+    load_settings = model_load_settings(config)
     try:
-        model = Model(config.model, model_load_settings(config))
+        model = Model(config.model, load_settings)
     except LoadSettingsError as exc:
         raise ConfigError(str(exc)) from exc
     undo.callback(model.close)
@@ -427,7 +416,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         show_special=config.special,
         queue_limits=QueueLimits(config.max_queue, config.max_queue_tokens),
         max_itl_ms=config.max_itl_ms,
-        speculator=None if embedding_only else build_speculator(config, model, settings, undo),
+        speculator=None if embedding_only else build_speculator(config, model, settings, load_settings, undo),
     )
     grammar = server_default_grammar(model, config.default_grammar, config.default_json_schema)
     if grammar is not None:

@@ -220,6 +220,10 @@ class ServerConfig:
     tuning: ContextTuning = field(default_factory=ContextTuning)
     cpu: CpuPlacement = field(default_factory=CpuPlacement)
     cpu_batch: CpuPlacement = field(default_factory=CpuPlacement)
+    # The draft model's thread pools (-Cd, --prio-draft, ...): each unset field falls back to
+    # the target's (batch: to the draft's generation pool), as llama-server's help says.
+    draft_cpu: CpuPlacement = field(default_factory=CpuPlacement)
+    draft_cpu_batch: CpuPlacement = field(default_factory=CpuPlacement)
     # text handling
     reverse_prompts: tuple[str, ...] = ()  # -r: the stop strings of a request that names none
     special: bool = False  # -sp: special tokens appear in the generated text
@@ -346,8 +350,12 @@ class ServerConfig:
             raise ConfigError(f"LLAMASERVE_TOOLS_ROOT: not a directory: {self.tools_root}")
         for problem in self.spec.problems():
             raise ConfigError(problem)
-        if self.spec.draft_model and not os.path.isfile(self.spec.draft_model):
-            raise ConfigError(f"draft model file not found: {self.spec.draft_model}")
+        spec = self.spec
+        # With -hfd, -md names where the download is stored: it need not exist yet.
+        if spec.draft_model and not spec.draft_hf_repo and not os.path.isfile(spec.draft_model):
+            raise ConfigError(f"draft model file not found: {spec.draft_model}")
+        if spec.lookup_cache_static and not os.path.isfile(spec.lookup_cache_static):
+            raise ConfigError(f"--lookup-cache-static: file not found: {spec.lookup_cache_static}")
         if self.cache_reuse < 0:
             raise ConfigError("--cache-reuse must be >= 0")
         if self.cache_ram_mib < -1:

@@ -18,8 +18,12 @@ from llamaserve.engine.sampling import (
 from llamaserve.quota.policy import load_keys_config
 
 # Destinations that only mark a flag as given (features not built yet) and set no config field.
-_MARKERS = frozenset({"spec", "mtmd_pending", "removed"})
-_PARTS = {f.name for f in fields(ServerConfig) if f.name in ("load", "tuning", "cpu", "cpu_batch", "spec")}
+_MARKERS = frozenset({"mtmd_pending", "removed"})
+_PARTS = {
+    f.name
+    for f in fields(ServerConfig)
+    if f.name in ("load", "tuning", "cpu", "cpu_batch", "draft_cpu", "draft_cpu_batch", "spec")
+}
 
 
 def parse_samplers(text: str) -> tuple[str, ...]:
@@ -137,7 +141,13 @@ def _nest(values: dict[str, Any]) -> dict[str, Any]:
     for part, settings in parts.items():
         if part not in _PARTS:
             raise AssertionError(f"flag destination in an unknown part: {part}")
-        for name in ("override_tensor", "override_kv", "control_vectors", "control_vectors_scaled"):
+        for name in (
+            "override_tensor",
+            "draft_override_tensor",
+            "override_kv",
+            "control_vectors",
+            "control_vectors_scaled",
+        ):
             if name in settings:
                 settings[name] = tuple(item for value in settings[name] for item in _csv(value))
         base = getattr(defaults, part)
@@ -270,4 +280,9 @@ def build_config(parsed: Parsed, environ: dict[str, str]) -> ServerConfig:
         from llamaserve.hub import resolve_mmproj  # deferred, as above
 
         config = replace(config, mmproj=resolve_mmproj(config, environ))
+    if config.spec.draft_hf_repo:
+        from llamaserve.hub import resolve_draft_model  # deferred, as above
+
+        draft = resolve_draft_model(config, environ)
+        config = replace(config, spec=replace(config.spec, draft_model=draft, draft_hf_repo=None, draft_hf_file=None))
     return config

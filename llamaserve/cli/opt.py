@@ -1,7 +1,7 @@
 """One flag of llama-server's: spellings, value check, environment variable, group, and what it sets.
 
 The rows themselves are in the `options_*.py` modules. A few stand for features that are filed
-but not built (video input, speculative decoding): they parse and check their value, and then
+but not built (video input): they parse and check their value, and then
 the server refuses to start with a message that names the missing feature, never ignoring them.
 """
 
@@ -18,7 +18,6 @@ SAMPLING = "sampling params"
 SERVER = "server-specific params"
 
 MULTIMODAL = "multimodal input (mtmd)"
-SPECULATIVE = "speculative decoding"
 
 
 @dataclass(frozen=True)

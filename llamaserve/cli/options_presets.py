@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaserve.cli.opt import MULTIMODAL, SPECULATIVE, Opt, preset
+from llamaserve.cli.opt import MULTIMODAL, Opt, preset
 
 _FIM: dict[str, Any] = {"batch_size": 1024, "ubatch_size": 1024, "ctx_size": 0, "cache_reuse": 256, "port": 8012}
 _GPT_OSS: dict[str, Any] = {
@@ -23,6 +23,20 @@ _GPT_OSS: dict[str, Any] = {
 
 def _fim(size: str, quant_file: str) -> dict[str, Any]:
     return {"hf_repo": f"ggml-org/Qwen2.5-Coder-{size}-Q8_0-GGUF", "hf_file": quant_file, **_FIM}
+
+
+def _fim_spec(size: str, quant_file: str) -> dict[str, Any]:
+    """A FIM preset with Qwen 2.5 Coder 0.5B as its draft model (-hf and -hfd, as llama-server).
+
+    llama-server's preset leaves --spec-type at none, so it loads the draft and never drafts with
+    it; this one also turns draft-simple on, which is what the preset says it is for.
+    """
+    return {
+        **_fim(size, quant_file),
+        "spec.draft_hf_repo": "ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF",
+        "spec.draft_hf_file": "qwen2.5-coder-0.5b-q8_0.gguf",
+        "spec.types": ("draft-simple",),
+    }
 
 
 PRESET_OPTIONS: tuple[Opt, ...] = (
@@ -47,15 +61,13 @@ PRESET_OPTIONS: tuple[Opt, ...] = (
     preset("--fim-qwen-7b-default", _fim("7B", "qwen2.5-coder-7b-q8_0.gguf"), "Qwen 2.5 Coder 7B (downloads it)"),
     preset(
         "--fim-qwen-7b-spec",
-        _fim("7B", "qwen2.5-coder-7b-q8_0.gguf"),
-        "Qwen 2.5 Coder 7B with a 0.5B draft model",
-        feature=SPECULATIVE,
+        _fim_spec("7B", "qwen2.5-coder-7b-q8_0.gguf"),
+        "Qwen 2.5 Coder 7B + 0.5B draft for speculative decoding (downloads them)",
     ),
     preset(
         "--fim-qwen-14b-spec",
-        _fim("14B", "qwen2.5-coder-14b-q8_0.gguf"),
-        "Qwen 2.5 Coder 14B with a 0.5B draft model",
-        feature=SPECULATIVE,
+        _fim_spec("14B", "qwen2.5-coder-14b-q8_0.gguf"),
+        "Qwen 2.5 Coder 14B + 0.5B draft for speculative decoding (downloads them)",
     ),
     preset(
         "--fim-qwen-30b-default",

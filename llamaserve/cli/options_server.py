@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 from llamaserve.cli import values as v
-from llamaserve.cli.opt import MULTIMODAL, SERVER, SPECULATIVE, Opt, row
+from llamaserve.cli.opt import MULTIMODAL, SERVER, Opt, row
 
 SERVER_OPTIONS: tuple[Opt, ...] = (
     row(
         "-lcs --lookup-cache-static",
-        "spec",
+        "spec.lookup_cache_static",
         metavar="FNAME",
         group=SERVER,
-        feature=SPECULATIVE,
-        help="static n-gram lookup cache for speculative decoding",
+        help="static lookup cache of --spec-type ngram-cache (llama-lookup-create's file; not updated)",
     ),
     row(
         "-lcd --lookup-cache-dynamic",
-        "spec",
+        "spec.lookup_cache_dynamic",
         metavar="FNAME",
         group=SERVER,
-        feature=SPECULATIVE,
-        help="dynamic n-gram lookup cache for speculative decoding",
+        help="dynamic lookup cache of --spec-type ngram-cache: read at start if present, "
+        "updated by generation, written at shutdown",
     ),
     row(
         "--kv-unified-per-slot",

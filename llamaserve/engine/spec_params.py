@@ -25,17 +25,31 @@ SPEC_TYPES = (
     "ngram-cache",
 )
 
+# The reason llama.cpp's own drafters of these kinds need: the target's hidden states read back
+# after every target decode, through llama.cpp's staging API (src/llama-ext.h), which our libllama
+# exports only as C++-mangled symbols with no C declaration, and draft batches run through
+# llama_process with llama_batch_ext rows carrying a token and an embedding together.
+_HIDDEN_STATES = (
+    "llamaserve's runner decodes with llama_batch and does not read the target's hidden states back "
+    "(llama.cpp does it through its C++-only staging API, src/llama-ext.h: llama_set_embeddings_layer_inp, "
+    "llama_get_embeddings_nextn_ith, and llama_process with llama_batch_ext rows); llamaserve runs "
+    "standalone draft models only (draft-simple)"
+)
 # Types that need a draft head or architecture this build cannot run, with the reason given at start.
 UNSUPPORTED_TYPES = {
-    "draft-eagle3": "it needs an EAGLE-3 draft head trained for the target model, fed with the target's "
-    "hidden states; llamaserve runs standalone draft models only (draft-simple)",
-    "draft-mtp": "it needs a model with multi-token-prediction (next-n) layers; llamaserve runs "
-    "standalone draft models only (draft-simple)",
+    "draft-eagle3": "it needs an EAGLE-3 draft head trained for the target model, fed with the hidden states "
+    "of three of the target's layers after every target decode; " + _HIDDEN_STATES,
+    "draft-mtp": "it needs a model with multi-token-prediction (next-n) layers run in an MTP context on the "
+    "target's weights and hidden states; " + _HIDDEN_STATES,
     "draft-dflash": "it needs a DFlash block-diffusion draft model fed with the target's hidden states; "
-    "llamaserve runs standalone draft models only (draft-simple)",
+    + _HIDDEN_STATES,
     "draft-dspark": "it needs a DSpark (DFlash with a Markov head) draft model fed with the target's hidden "
-    "states; llamaserve runs standalone draft models only (draft-simple)",
+    "states; " + _HIDDEN_STATES,
 }
+
+# ngram-cache drafts at most this many tokens: llama.cpp fixes it (common/speculative.cpp's
+# create_state_ngram_cache), whatever --spec-draft-n-max says.
+NGRAM_CACHE_N_DRAFT = 8
 
 # The order llama.cpp tries drafters in: the first that drafts anything wins the step.
 PRIORITY = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft-simple")
@@ -76,6 +90,17 @@ class SpecParams:
     draft_cache_type_v: str = "f16"
     draft_threads: int = -1  # -1: the target's
     draft_threads_batch: int = -1
+    # the draft model's own placement (llama-server's -hfd, -devd, -otd, -cmoed, -ncmoed)
+    draft_hf_repo: str | None = None  # <user>/<model>[:quant]: resolved to draft_model before loading
+    draft_hf_file: str | None = None  # the file of draft_hf_repo (the -spec presets name it)
+    draft_devices: str | None = None  # None: the target's --device
+    draft_override_tensor: tuple[str, ...] = ()  # PATTERN=BUFFER_TYPE items
+    draft_cpu_moe: bool = False
+    draft_n_cpu_moe: int = 0
+    # --spec-draft-backend-sampling: llama.cpp samples drafts inside the graph only in the drafters
+    # that read the target's hidden states (EAGLE-3, MTP, DFlash), which llamaserve does not run;
+    # its draft-simple samples on the host, as ours does. So only off is accepted.
+    draft_backend_sampling: bool = False
     # n-gram drafters
     ngram_simple: NgramMapParams = NgramMapParams()
     ngram_map_k: NgramMapParams = NgramMapParams()
@@ -109,7 +134,7 @@ class SpecParams:
             "ngram-map-k": self.ngram_map_k.size_m,
             "ngram-map-k4v": self.ngram_map_k4v.size_m,
             "ngram-mod": self.ngram_mod_n_max,
-            "ngram-cache": self.draft_n_max,
+            "ngram-cache": NGRAM_CACHE_N_DRAFT,
         }
         return max((max(0, sizes[t]) for t in self.active_types), default=0)
 
@@ -117,10 +142,17 @@ class SpecParams:
         """What keeps the server from starting with these settings (empty: they are usable)."""
         out = [f"speculative type '{t}' is not supported: {why}" for t, why in UNSUPPORTED_TYPES.items()]
         out = [line for t, line in zip(UNSUPPORTED_TYPES, out) if t in self.types]
-        if "ngram-cache" in self.types:
-            out.append("speculative type 'ngram-cache' (the -lcs/-lcd lookup caches) is not supported by llamaserve")
-        if "draft-simple" in self.types and not self.draft_model:
-            out.append("speculative type 'draft-simple' needs a draft model (-md/--spec-draft-model)")
+        if "draft-simple" in self.types and not (self.draft_model or self.draft_hf_repo):
+            out.append("speculative type 'draft-simple' needs a draft model (-md/--spec-draft-model or -hfd)")
+        if self.draft_backend_sampling:
+            out.append(
+                "--spec-draft-backend-sampling is not supported: llama.cpp samples drafts inside the graph only "
+                "in the draft-eagle3/draft-mtp/draft-dflash drafters, which llamaserve does not run; draft-simple "
+                "picks its tokens on the host, as llama-server's does (drop the flag or pass "
+                "--no-spec-draft-backend-sampling)"
+            )
+        if self.draft_n_cpu_moe < 0:
+            out.append("--spec-draft-n-cpu-moe must be >= 0")
         if self.draft_n_max < 0:
             out.append("--spec-draft-n-max must be >= 0")
         out += self._synth_problems()

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from llamaserve.engine.kv.slot import Slot
+from llamaserve.engine.ngram_cache import NgramCacheDrafter
 from llamaserve.engine.ngram_draft import NgramMap, NgramMod, NgramSimple
 from llamaserve.engine.runner import DraftRequest, DraftRunner, PlanRow, Runner, Sample
-from llamaserve.engine.spec_params import SpecParams
+from llamaserve.engine.spec_params import NGRAM_CACHE_N_DRAFT, SpecParams
 from llamaserve.engine.stats import SchedulerStats
 
 
@@ -42,6 +43,7 @@ class Speculator:
         self.params = params
         self.types = params.active_types
         self.drafters: list[NgramDrafter] = []
+        self.lookup: NgramCacheDrafter | None = None  # ngram-cache, whose dynamic cache is saved at close
         for name in self.types:
             if name == "ngram-simple":
                 self.drafters.append(NgramSimple(params.ngram_simple))
@@ -51,11 +53,21 @@ class Speculator:
                 self.drafters.append(NgramMap(params.ngram_map_k4v, with_values=True))
             elif name == "ngram-mod":
                 self.drafters.append(NgramMod(params.ngram_mod_n_match, params.ngram_mod_n_min, params.ngram_mod_n_max))
+            elif name == "ngram-cache":
+                self.lookup = NgramCacheDrafter(
+                    NGRAM_CACHE_N_DRAFT, params.lookup_cache_static, params.lookup_cache_dynamic
+                )
+                self.drafters.append(self.lookup)
         self.draft_model = draft_model if DRAFT_MODEL in self.types else None
         self._task_of: dict[int, int] = {}  # slot -> the task its drafters were begun for
         self._made_by: dict[int, NgramDrafter | None] = {}  # slot -> who drafted its last draft
         self._synth = params.synth_probs()
         self._rngs: dict[int, random.Random] = {}  # per slot, synthetic acceptance's dice
+
+    def close(self) -> None:
+        """The server is closing (the scheduler has stopped): write what must outlive it."""
+        if self.lookup is not None:
+            self.lookup.close()
 
     @property
     def type_names(self) -> str:

@@ -10,7 +10,7 @@ from llamaserve.hub.cache_list import format_cache_list, list_cached_models
 from llamaserve.hub.docker import resolve_docker
 from llamaserve.hub.errors import DownloadError
 from llamaserve.hub.mmproj import resolve_mmproj
-from llamaserve.hub.resolve import ModelSource, fetch_model, resolve_model
+from llamaserve.hub.resolve import ModelSource, fetch_model, resolve_draft_model, resolve_model
 
 __all__ = [
     "DownloadError",
@@ -19,6 +19,7 @@ __all__ = [
     "format_cache_list",
     "list_cached_models",
     "resolve_docker",
+    "resolve_draft_model",
     "resolve_mmproj",
     "resolve_model",
 ]

@@ -80,6 +80,22 @@ def resolve_model(config: ServerConfig, environ: Mapping[str, str]) -> str:
     return fetch_model(ModelSource.of(config), environ)
 
 
+def resolve_draft_model(config: ServerConfig, environ: Mapping[str, str]) -> str:
+    """The local path of the draft model `-hfd` names, downloading it if needed.
+
+    As llama-server: `-md` given with `-hfd` names the file of the repo (the -spec presets name it
+    too), and the file goes to the cache like any `-hf` download; `--offline` and `-hft` apply.
+    """
+    spec = config.spec
+    source = ModelSource(
+        hf_repo=spec.draft_hf_repo,
+        hf_file=spec.draft_hf_file or spec.draft_model,
+        hf_token=config.hf_token,
+        offline=config.offline,
+    )
+    return fetch_model(source, environ)
+
+
 def fetch_model(source: ModelSource, environ: Mapping[str, str]) -> str:
     """The local path of the model `source` names, downloading it if needed.
 

@@ -13,6 +13,7 @@ server as much as here).
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,6 +46,32 @@ CASES: dict[str, dict[str, Any]] = {
     "stop string": {"prompt": PROMPT, "stop": STOPS},
     "grammar": {"prompt": PROMPT, "grammar": GRAMMAR, "n_predict": 24},
 }
+
+
+# A static lookup cache (llama.cpp's llama-lookup-create writes these from a corpus): bigram ->
+# counts of the next token. Arbitrary token ids: the test checks the file is read.
+STATIC_NGRAMS = {(28, 30): {31: 3}, (95, 96): {97: 2, 98: 1}, (1, 2): {3: 5}}
+
+
+def lookup_cache_bytes(ngrams: dict[tuple[int, ...], dict[int, int]]) -> bytes:
+    """llama.cpp's common_ngram_cache_save layout: the n-gram as 4 int32 tokens (-1 padded), the
+    int32 count of continuations, then int32 (token, count) pairs."""
+    out = b""
+    for gram, counts in ngrams.items():
+        out += struct.pack("<4ii", *gram, *[-1] * (4 - len(gram)), len(counts))
+        out += b"".join(struct.pack("<ii", t, c) for t, c in counts.items())
+    return out
+
+
+def read_lookup_cache(path: Path) -> dict[tuple[int, ...], dict[int, int]]:
+    data, at, out = path.read_bytes(), 0, {}
+    while at < len(data):
+        *gram, n = struct.unpack_from("<4ii", data, at)
+        at += 20
+        pairs = dict(struct.unpack_from("<ii", data, at + 8 * k) for k in range(n))
+        at += 8 * n
+        out[tuple(t for t in gram if t != -1)] = pairs
+    return out
 
 
 def _complete(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -86,6 +113,7 @@ SERVERS = {
         "--spec-ngram-simple-size-m",
         "8",
     ],
+    "ngram-cache": ["--spec-type", "ngram-cache", "-lcs", "{tmp}/static.bin", "-lcd", "{tmp}/dynamic.bin"],
     "self draft": ["--spec-type", "draft-simple", "-md", "{model}", "--spec-draft-n-max", "4"],
     "truncated draft": ["--spec-type", "draft-simple", "-md", "{truncated}", "--spec-draft-n-max", "4"],
 }
@@ -96,14 +124,17 @@ def answers(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     tmp = tmp_path_factory.mktemp("speculative")
     truncated = str(tmp / "smollm2-half.gguf")
     write_truncated(model_path, truncated, keep_layers=DRAFT_LAYERS)
+    (tmp / "static.bin").write_bytes(lookup_cache_bytes(STATIC_NGRAMS))
     out: dict[str, dict[str, Any]] = {}
     for name, extra in SERVERS.items():
-        args = [a.format(model=model_path, truncated=truncated) for a in extra]
+        args = [a.format(model=model_path, truncated=truncated, tmp=tmp) for a in extra]
         srv = start_server(["-m", model_path, "-np", "4", "-c", "1024", "-t", "2", "--metrics", *args], tmp)
         try:
             out[name] = _answers(srv.url)
         finally:
             stop_server(srv)
+        out[name]["log"] = srv.log()
+    out["ngram-cache"]["dynamic"] = read_lookup_cache(tmp / "dynamic.bin")
     yield out
 
 
@@ -135,7 +166,7 @@ def test_drafts_are_counted_in_timings_slots_and_metrics(answers: dict[str, Any]
     assert "draft_n" not in answers["plain"]["single"]["timings"]  # as llama-server: only when drafting
     slot = answers[server]["slots"][0]
     assert slot["speculative"] is True
-    kind = "ngram-simple" if server == "ngram-simple" else "draft-simple"
+    kind = server if server.startswith("ngram") else "draft-simple"
     assert slot["params"]["speculative.types"] == kind
     assert answers["plain"]["slots"][0]["params"]["speculative.types"] == "none"
     metrics = answers[server]["metrics"]
@@ -153,6 +184,17 @@ def test_a_draft_model_with_fewer_layers_is_accepted_less_often(answers: dict[st
     assert cut["draft_n_accepted"] < cut["draft_n"]
 
 
+def test_ngram_cache_reads_the_static_cache_and_writes_what_it_learned(answers: dict[str, Any]) -> None:
+    """-lcs is read at start; -lcd, absent then, holds the n-grams of the answers once the server stops."""
+    log = answers["ngram-cache"]["log"]
+    assert f"static.bin ({len(STATIC_NGRAMS)} n-grams), dynamic cache" in log
+    learned = answers["ngram-cache"]["dynamic"]
+    tokens = answers["plain"]["single"]["tokens"]
+    for i in range(4, 12):
+        gram = tuple(tokens[i - 4 : i])
+        assert learned[gram].get(tokens[i], 0) >= 1, (gram, tokens[i])
+
+
 def _metric(text: str, name: str) -> float:
     for line in text.splitlines():
         if line.startswith(name + " "):
@@ -161,6 +203,6 @@ def _metric(text: str, name: str) -> float:
 
 
 def test_unsupported_types_are_refused_at_start_with_the_reason(model_path: str, tmp_path: Path) -> None:
-    for kind, reason in (("draft-eagle3", "EAGLE-3"), ("draft-mtp", "multi-token"), ("ngram-cache", "lookup")):
-        with pytest.raises(RuntimeError, match=reason):
+    for kind, reason in (("draft-eagle3", "EAGLE-3 draft head"), ("draft-mtp", "multi-token")):
+        with pytest.raises(RuntimeError, match=f"(?s){reason}.*hidden states.*llama-ext.h"):
             start_server(["-m", model_path, "--spec-type", kind], tmp_path, timeout=30)

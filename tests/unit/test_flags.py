@@ -188,10 +188,7 @@ def test_presets_set_the_repo_and_settings_and_flags_after_them_win() -> None:
 @pytest.mark.parametrize(
     ("argv", "feature"),
     [
-        (["-Cd", "ff"], "speculative decoding"),
-        (["--spec-draft-hf", "ggml-org/tiny"], "speculative decoding"),
         (["--mmproj-device", "CPU"], "multimodal"),
-        (["--fim-qwen-7b-spec"], "speculative decoding"),
     ],
 )
 def test_flags_of_features_not_built_yet_exit_1_naming_the_feature(
@@ -199,6 +196,56 @@ def test_flags_of_features_not_built_yet_exit_1_naming_the_feature(
 ) -> None:
     with pytest.raises(ConfigError, match=feature):
         config_from_args(["-m", model_file, *argv], environ={})
+
+
+def test_the_draft_models_own_placement_flags_reach_its_load_settings(model_file: str) -> None:
+    from llamaserve.compose import model_load_settings
+    from llamaserve.config import CpuPlacement
+    from llamaserve.spec_setup import draft_load_settings
+
+    argv = ["-m", model_file, "-md", model_file, "--spec-type", "draft-simple", "-dev", "none", "--mlock"]
+    argv += ["-Cd", "0x3", "-Crd", "4-5", "--cpu-strict-draft", "1", "--prio-draft", "2", "--poll-draft", "0"]
+    argv += ["-Cbd", "f0", "--cpu-strict-batch-draft", "0", "--prio-batch-draft", "1", "--poll-batch-draft", "10"]
+    argv += ["-otd", "token_embd=CPU,output=CPU", "-otd", "blk\\.0\\.=CPU", "-cmoed", "-ncmoed", "1"]
+    cfg = config_from_args(argv, environ={})
+    assert cfg.draft_cpu == CpuPlacement(mask="3", range="4-5", strict=True, prio=2, poll=0)
+    assert cfg.draft_cpu_batch == CpuPlacement(mask="f0", strict=False, prio=1, poll=10)
+    assert cfg.cpu.is_default and cfg.cpu_batch.is_default
+    target = model_load_settings(cfg)
+    draft = draft_load_settings(cfg, target)
+    # The target's own settings carry over (--mlock); the draft's placement replaces the target's.
+    assert draft.load_mode == target.load_mode == "mmap+mlock" and target.override_tensor == ()
+    assert draft.devices == "none" == target.devices
+    assert draft.override_tensor == (
+        "token_embd=CPU",
+        "output=CPU",
+        "blk\\.0\\.=CPU",
+        r"\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU",
+        r"blk\.0\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU",
+    )
+    cfg = config_from_args([*argv, "-devd", "CPU"], environ={})
+    assert draft_load_settings(cfg, model_load_settings(cfg)).devices == "CPU"
+
+
+def test_prio_draft_takes_llama_servers_levels(model_file: str) -> None:
+    with pytest.raises(ConfigError, match="--spec-draft-prio must be between 0 and 3"):
+        config_from_args(["-m", model_file, "--prio-draft", "-1"], environ={})
+
+
+def test_draft_backend_sampling_on_is_refused_with_the_reason(model_file: str) -> None:
+    for argv, env in ((["--spec-draft-backend-sampling"], {}), ([], {"LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING": "1"})):
+        with pytest.raises(ConfigError, match="only in the draft-eagle3/draft-mtp/draft-dflash drafters"):
+            config_from_args(["-m", model_file, *argv], environ=env)
+    cfg = config_from_args(["-m", model_file, "--no-spec-draft-backend-sampling"], environ={})
+    assert cfg.spec.draft_backend_sampling is False
+
+
+def test_the_spec_presets_name_a_target_and_a_draft_repo() -> None:
+    parsed = parse(["--fim-qwen-14b-spec", "--port", "9000"], {})
+    assert parsed.values["hf_repo"] == "ggml-org/Qwen2.5-Coder-14B-Q8_0-GGUF"
+    assert parsed.values["spec.draft_hf_repo"] == "ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF"
+    assert parsed.values["spec.draft_hf_file"] == "qwen2.5-coder-0.5b-q8_0.gguf"
+    assert parsed.values["spec.types"] == ("draft-simple",)
 
 
 def test_rpc_servers_reach_the_load_settings(model_file: str) -> None:

@@ -57,6 +57,7 @@ def _tokens(c: Collector) -> list[int]:
         SpecParams(types=("ngram-map-k",), ngram_map_k=SMALL),
         SpecParams(types=("ngram-map-k4v",), ngram_map_k4v=SMALL),
         SpecParams(types=("ngram-mod",), ngram_mod_n_match=3, ngram_mod_n_min=2, ngram_mod_n_max=8),
+        SpecParams(types=("ngram-cache",)),
     ],
     ids=lambda p: p.types[0],
 )
