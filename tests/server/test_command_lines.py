@@ -70,19 +70,28 @@ SERVES: dict[str, list[str]] = {
         "--threads-batch",
         "2",
     ],
+    # {model}: the model stands in for the draft too.
+    "speculative": [
+        "-md",
+        "{model}",
+        "--spec-type",
+        "draft-simple",
+        "--spec-draft-n-max",
+        "16",
+        "-ngld",
+        "99",
+        "-devd",
+        "none",
+    ],
 }
 REFUSES: dict[str, tuple[list[str], str]] = {
-    "speculative": (
-        ["-md", "draft.gguf", "--spec-draft-n-max", "16", "-ngld", "99", "-devd", "none"],
-        "speculative decoding",
-    ),
     "multimodal video": (["-mmdev", "CPU", "--video-fps", "2"], "multimodal"),
 }
 
 
 @pytest.mark.parametrize("name", list(SERVES))
 def test_documented_command_line_serves_a_chat(name: str, model_path: str, tmp_path: Path) -> None:
-    server = start_server(["-m", model_path, *SERVES[name]], tmp_path)
+    server = start_server(["-m", model_path, *(a.replace("{model}", model_path) for a in SERVES[name])], tmp_path)
     try:
         r = httpx.post(
             f"{server.url}/v1/chat/completions",
