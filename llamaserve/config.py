@@ -207,6 +207,10 @@ class ServerConfig:
     offline: bool = False
     # stateful Responses API: the SQLite file that keeps stored responses ("" = user cache dir)
     responses_db: str | None = None
+    # OpenAI Batch API: the folder of its SQLite state and files (None: the user cache folder),
+    # and how many lines of a batch run at once (0: auto)
+    batch_dir: str | None = None
+    batch_concurrency: int = 0
     # KV-cache management
     slot_save_path: str | None = None
     cache_reuse: int = 0  # minimum chunk size reused by KV shifting; 0 = off
@@ -358,6 +362,8 @@ class ServerConfig:
             raise ConfigError(f"--lookup-cache-static: file not found: {spec.lookup_cache_static}")
         if self.cache_reuse < 0:
             raise ConfigError("--cache-reuse must be >= 0")
+        if self.batch_concurrency < 0:
+            raise ConfigError("--batch-concurrency must be 0 (auto) or at least 1")
         if self.cache_ram_mib < -1:
             raise ConfigError("--cache-ram must be -1 (no limit), 0 (off) or a size in MiB")
         if self.media_path is not None and not os.path.isdir(self.media_path):

@@ -29,6 +29,7 @@ from llamaserve.api.usage_report import UsageReportMiddleware
 from llamaserve.api.vertex import add_predict_route
 from llamaserve.errors import APIError
 from llamaserve.families.anthropic.routes import anthropic_routes
+from llamaserve.families.batches.routes import BatchService
 from llamaserve.families.chat.routes import chat_routes
 from llamaserve.families.completions.routes import completion_routes
 from llamaserve.families.embeddings.routes import embedding_routes
@@ -95,6 +96,10 @@ def create_app(state: ServerState, toolbox: Toolbox | None = None) -> FastAPI:
     app.state.sse_ping_interval = config.sse_ping_interval
     _add_middleware(app, state)
     _add_error_handlers(app)
+    # The Batch API runs its lines through this app; the server starts and stops its runner.
+    batches = BatchService(state)
+    batches.bind(app)
+    app.state.batches = batches
     routers = [
         ops_routes(state),
         # llama-server's native routes before OpenAI's: Vertex AI's /predict gives an alias
@@ -105,6 +110,7 @@ def create_app(state: ServerState, toolbox: Toolbox | None = None) -> FastAPI:
         chat_routes(state),
         anthropic_routes(state),
         responses_routes(state),
+        batches.routes(),
         stream_routes(state),
         tools_routes(toolbox),
         cors_proxy_routes(config.ui_mcp_proxy),

@@ -27,6 +27,7 @@ from llamaserve.api.run import Site, StopSwitch, bind, run_server
 from llamaserve.api.shutdown import ASGIApp, DrainMiddleware
 from llamaserve.api.threads import size_worker_threads
 from llamaserve.api.timeouts import TimeoutMiddleware, read_timeout_protocol
+from llamaserve.families.batches.routes import BatchService
 from llamaserve.serving.state import ServerState
 from llamaserve.tools.fileio import RuntimeRefused
 from llamaserve.tools.mcp_config import McpConfigError
@@ -110,7 +111,9 @@ class _ModelSite(Site):
         self.http = read_timeout_protocol(state.config.timeout) or "auto"
         # Outermost: a stalled body read or response write is bounded before anything else sees it,
         # including the closing message a shutdown drain sends.
-        self.drain = DrainMiddleware(create_app(state, toolbox))
+        app = create_app(state, toolbox)
+        self.batches: BatchService = app.state.batches
+        self.drain = DrainMiddleware(app)
         self.app = TimeoutMiddleware(self.drain, state.config.timeout)
         self.loader = threading.Thread(target=self._load, name="llamaserve-load", daemon=True)
         self.stop = stop
@@ -150,6 +153,7 @@ class _ModelSite(Site):
         if self.toolbox is not None:
             await self.toolbox.start()  # before the first request: GET /tools lists the MCP tools at once
         self._watcher = asyncio.create_task(self._drain_on_shutdown())
+        self.batches.start()  # resumes the batches a previous run left unfinished
         return self.app
 
     async def _drain_on_shutdown(self) -> None:
@@ -157,6 +161,9 @@ class _ModelSite(Site):
         # tasks then ends as soon as the drain has finished them.
         while not self.stop.requested:
             await asyncio.sleep(0.1)
+        # Batch lines in flight are cancelled, not drained: they keep no record and run again
+        # after the restart.
+        await self.batches.stop()
         if self.toolbox is not None:
             await self.toolbox.shutdown()  # tool calls in flight end now, not after the grace period
         if self.drain.inflight:
@@ -166,6 +173,7 @@ class _ModelSite(Site):
     async def close(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
+        await self.batches.stop()
         # Stop the scheduler while the loop still runs: it may still hand
         # events of just-aborted requests to the loop, which must be open.
         await asyncio.to_thread(self._close_runtime)

@@ -5,7 +5,7 @@ A page on any site can make the user's browser send a "simple" request (GET or P
 text/plain, form or multipart body and no custom headers) to a server on localhost without
 asking first, and a page whose own name it has rebound to 127.0.0.1 (DNS rebinding) even
 talks to it as its own origin. So the routes that run tools, proxy requests, write files
-or load models (`is_guarded`) refuse with 403:
+or load models, and the Batch API's (`is_guarded`), refuse with 403:
 
 - a `Host` that is not this machine's name or an address, when no API key is set: a
   rebound page sends its own name there (`--allowed-hosts` adds names, `*` turns it off);
@@ -13,7 +13,9 @@ or load models (`is_guarded`) refuse with 403:
   (another port of localhost is "same-site", and is another origin too);
 - an `Origin` other than the server's own or one listed in `--cors-origins`;
 - a body whose Content-Type is not JSON: a browser sends JSON cross-origin only after a
-  preflight, and the other types are exactly what a page may send without one;
+  preflight, and the other types are exactly what a page may send without one (the one
+  exception, a multipart upload to POST /v1/files, is the OpenAI SDK's own shape: there the
+  rules above are what refuse a foreign page's form);
 - on `/cors-proxy`, a navigation: a page opening the proxy in a window would have the
   fetched page run as this origin.
 
@@ -40,6 +42,12 @@ _ANY_METHOD_PATHS = frozenset({"/tools", "/cors-proxy"})
 # Writes only: their GETs are reads of state the web UI shows.
 _WRITE_PATHS = frozenset({"/props", "/lora-adapters", "/models", "/models/load", "/models/unload"})
 _WRITE_PREFIXES = ("/slots/",)
+# The Batch API, every method: its writes store files and spend compute for hours, and its reads
+# give out the prompts and answers of every batch (a rebound page must not read them).
+_BATCH_ROOTS = ("/v1/files", "/v1/batches")
+# Where a multipart body is the API's own shape (the SDK's file upload): the other rules still
+# hold, and a browser sends a cross-site form with Origin and Sec-Fetch-Site, which they refuse.
+_MULTIPART_PATHS = frozenset({"/v1/files"})
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _SAFE_FETCH_SITES = frozenset({"same-origin", "none"})
 _NAVIGATION_DESTS = frozenset({"document", "iframe", "frame", "embed", "object"})
@@ -47,8 +55,8 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def is_guarded(method: str, path: str) -> bool:
-    """Whether the request acts on the machine: tools, the proxy, slot files, LoRA, models."""
-    if path in _ANY_METHOD_PATHS:
+    """Whether the request acts on the machine: tools, the proxy, slot files, LoRA, models, batches."""
+    if path in _ANY_METHOD_PATHS or any(path == root or path.startswith(root + "/") for root in _BATCH_ROOTS):
         return True
     return method in _WRITES and (path in _WRITE_PATHS or path.startswith(_WRITE_PREFIXES))
 
@@ -93,6 +101,13 @@ def _is_json(content_type: str) -> bool:
     return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
 
 
+def _body_allowed(method: str, path: str, content_type: str) -> bool:
+    """JSON, or a multipart form where the route takes one (POST /v1/files)."""
+    if _is_json(content_type):
+        return True
+    return method == "POST" and path in _MULTIPART_PATHS and _media_type(content_type) == "multipart/form-data"
+
+
 @dataclass(frozen=True)
 class SitePolicy:
     """What the guarded routes accept; built once from the flags."""
@@ -133,9 +148,10 @@ class SitePolicy:
         if origin is not None and not _same_origin(origin, host) and origin.rstrip("/") not in self.trusted_origins:
             return f"Origin {origin} is not this server's origin nor one listed in --cors-origins"
         content_type = headers.get("content-type")
-        if method in _WRITES and content_type is not None and not _is_json(content_type):
+        if method in _WRITES and content_type is not None and not _body_allowed(method, path, content_type):
+            takes = "multipart/form-data" if path in _MULTIPART_PATHS else "application/json"
             return (
-                f"Content-Type {_media_type(content_type) or '(empty)'}: this route takes application/json "
+                f"Content-Type {_media_type(content_type) or '(empty)'}: this route takes {takes} "
                 "(a page of another site can send other types without the browser asking first)"
             )
         if path == "/cors-proxy" and (

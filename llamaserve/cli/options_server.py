@@ -736,6 +736,23 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
         help="SQLite file for stored /v1/responses (default: in the user cache folder)",
     ),
     row(
+        "--batch-dir",
+        "batch_dir",
+        metavar="PATH",
+        env="LLAMA_ARG_BATCH_DIR",
+        group=SERVER,
+        help="folder for the Batch API's files and state (default: llamaserve/batches in the user cache folder)",
+    ),
+    row(
+        "--batch-concurrency",
+        "batch_concurrency",
+        type=v.integer,
+        metavar="N",
+        env="LLAMA_ARG_BATCH_CONCURRENCY",
+        group=SERVER,
+        help="most lines of a batch running at once, always fewer than the slots (0: auto, 4)",
+    ),
+    row(
         "--cache-persist",
         "cache_persist",
         "flag",

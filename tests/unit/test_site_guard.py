@@ -34,6 +34,13 @@ def refusal(headers: dict[str, str], method: str = "POST", path: str = "/tools",
         ("POST", "/props", True),
         ("POST", "/models/load", True),
         ("DELETE", "/models", True),
+        ("POST", "/v1/files", True),
+        ("GET", "/v1/files/file-1/content", True),
+        ("DELETE", "/v1/files/file-1", True),
+        ("POST", "/v1/batches", True),
+        ("GET", "/v1/batches", True),
+        ("POST", "/v1/batches/batch_1/cancel", True),
+        ("POST", "/v1/filesystem", False),
         ("GET", "/slots", False),
         ("GET", "/props", False),
         ("POST", "/v1/chat/completions", False),
@@ -96,6 +103,24 @@ def test_a_navigation_never_opens_the_mcp_proxy() -> None:
     assert refusal(framed, "GET", "/cors-proxy")
     fetched = {**SAME_ORIGIN, "sec-fetch-mode": "cors", "sec-fetch-dest": "empty"}
     assert refusal(fetched, "GET", "/cors-proxy") == ""
+
+
+def test_the_sdks_multipart_upload_passes_but_a_foreign_pages_form_does_not() -> None:
+    """POST /v1/files takes the OpenAI SDK's multipart upload; a page's form to it, from another
+    site, another port or a rebound name, is refused by the other rules."""
+    form = {"content-type": "multipart/form-data; boundary=abc"}
+    assert refusal({"host": HOST, **form}, "POST", "/v1/files") == ""
+    assert refusal({**SAME_ORIGIN, **form}, "POST", "/v1/files") == ""
+    assert "Sec-Fetch-Site" in refusal(
+        {"host": HOST, "origin": "https://evil.example", "sec-fetch-site": "cross-site", **form}, "POST", "/v1/files"
+    )
+    assert "Origin" in refusal({"host": HOST, "origin": "http://127.0.0.1:3000", **form}, "POST", "/v1/files")
+    assert "Host" in refusal({"host": "evil.example:8080", **form}, "POST", "/v1/files")
+    # Only the upload takes multipart: a form to create or cancel a batch is refused by its type.
+    assert "takes application/json" in refusal({"host": HOST, **form}, "POST", "/v1/batches")
+    assert "takes multipart/form-data" in refusal({"host": HOST, "content-type": "text/plain"}, "POST", "/v1/files")
+    # A rebound page may not read the batches' outputs either.
+    assert "Host" in refusal({"host": "evil.example:8080"}, "GET", "/v1/files/file-1/content")
 
 
 def test_the_operator_allows_hosts_and_origins() -> None:
