@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from llamaserve.families.anthropic import protocol as anthropic
+from llamaserve.families.batches import protocol as batches
 from llamaserve.families.chat import protocol as chat
 from llamaserve.families.completions import protocol as completions
 from llamaserve.families.embeddings import protocol as embeddings
@@ -30,7 +31,7 @@ _BUDGET_KEYS = ("n_predict", "max_tokens", "max_completion_tokens", "max_output_
 def declared_fields() -> list[str]:
     """Every field name our request models declare."""
     names: set[str] = set()
-    for module in (anthropic, common, chat, completions, embeddings, native, responses):
+    for module in (anthropic, batches, common, chat, completions, embeddings, native, responses):
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, BaseModel) and cls.__module__ == module.__name__:
                 names.update(cls.model_fields)

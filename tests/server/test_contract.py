@@ -53,6 +53,7 @@ POST_ROUTES = [
     "/v1/messages",
     "/v1/messages/count_tokens",
     "/v1/responses",
+    "/v1/batches",
     "/slots/0?action=save",
     "/lora-adapters",
 ]

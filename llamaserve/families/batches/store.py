@@ -255,6 +255,8 @@ class BatchStore:
     def create_batch(
         self, input_file_id: str, endpoint: str, metadata: dict[str, Any] | None, credentials: list[list[str]]
     ) -> dict[str, Any]:
+        if self._absent():
+            raise NotFound(input_file_id)
         with self._lock:
             conn = self._connection()
             row = conn.execute("SELECT object FROM files WHERE id = ?", (input_file_id,)).fetchone()
