@@ -23,7 +23,7 @@ from llamaserve.api.sse import until_disconnect
 from llamaserve.api.stream_tee import resumable
 from llamaserve.errors import APIError, validation_message
 from llamaserve.jsondepth import nests_deeper
-from llamaserve.serving.generate import Tagged, token_counts
+from llamaserve.serving.generate import Tagged, produced_tokens, token_counts
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
 from llamaserve.sse import data_event
@@ -138,12 +138,28 @@ async def _chain(first: Tagged, rest: AsyncIterator[Tagged]) -> AsyncIterator[Ta
 
 
 async def _recording(request: Request, events: AsyncIterator[Tagged]) -> AsyncGenerator[Tagged, None]:
-    """Passes events through, noting token counts for the access log."""
-    async for index, event in events:
-        counts = token_counts(event)
-        if counts is not None:
-            note_tokens(request, *counts)
-        yield index, event
+    """Passes events through, noting token counts for the access log and the key's usage
+    (api/quota.py), as `generate.Usage` counts them: the prompt once, the choices' completions
+    added, plus the tokens streamed by choices a client cut short by leaving, so a stream
+    abandoned midway is still charged what it used."""
+    done: tuple[int, int, int] | None = None
+    unfinished: dict[int, int] = {}  # choice -> tokens streamed so far
+    try:
+        async for index, event in events:
+            counts = token_counts(event)
+            if counts is not None:
+                unfinished.pop(index, None)
+                done = counts if done is None else (done[0], done[1], done[2] + counts[2])
+                note_tokens(request, *done)
+            else:
+                produced = produced_tokens(event)
+                if produced:
+                    unfinished[index] = unfinished.get(index, 0) + produced
+            yield index, event
+    finally:
+        if unfinished:
+            prompt, cached, predicted = done or (0, 0, 0)
+            note_tokens(request, prompt, cached, predicted + sum(unfinished.values()))
 
 
 async def stream_events(

@@ -153,12 +153,14 @@ class QuotaMiddleware:
         got = report.Reported()
         tail = b""
         sse = False
+        reported = False  # the stream's closing report arrived
+        events = 0  # data events relayed: the estimate when a stream ends without its report
         if edge:  # ask the server behind for its counts (a client's own header is replaced)
             headers = [(k, v) for k, v in scope.get("headers", ()) if k != report.HEADER]
             scope["headers"] = [*headers, (report.HEADER, report.ASK)]
 
         async def counting_send(message: Message) -> None:
-            nonlocal status, tail, sse
+            nonlocal status, tail, sse, reported, events
             if message["type"] == "http.response.start":
                 status = message["status"]
                 if edge:
@@ -172,12 +174,14 @@ class QuotaMiddleware:
                     message["headers"] = kept
             elif sse and message["type"] == "http.response.body":
                 body = message.get("body", b"")
+                events += body.count(b"data: ")
                 if report.COMMENT in body and report.read_comment(body, got):
                     # The comment is for this process only: the client's stream ends as the server wrote it.
+                    reported = True
                     start = body.index(report.COMMENT)
                     message["body"] = body[:start] + body[body.index(b"\n\n", start) + 2 :]
-                elif tail:
-                    report.read_comment(tail + body, got)  # the rare comment split between two chunks
+                elif tail and report.read_comment(tail + body, got):
+                    reported = True  # the rare comment split between two chunks
                 tail = body[-64:]
             await send(message)
 
@@ -186,6 +190,9 @@ class QuotaMiddleware:
         finally:
             if edge:
                 prompt, cached, completion = got.prompt, got.cached, got.completion
+                if sse and not reported:
+                    # Cut short (the client left, the server broke off): about one token per event.
+                    completion = max(completion, events)
                 model = got.model or asked_model or "-"
             else:
                 prompt, cached, completion = scope.get("state", {}).get("tokens") or (0, 0, 0)

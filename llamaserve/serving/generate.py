@@ -64,6 +64,12 @@ def token_counts(event: TextDelta | Finished) -> tuple[int, int, int] | None:
     return None
 
 
+def produced_tokens(event: TextDelta | Finished) -> int:
+    """The tokens a TextDelta carries (0 for a Finished or a progress report): what a stream
+    cut short by its client has used, for the key's usage and token limit."""
+    return len(event.tokens) if isinstance(event, TextDelta) else 0
+
+
 async def stream(engine: EngineClient, jobs: list[GenerationRequest]) -> AsyncIterator[Tagged]:
     """(choice index, event) pairs; a failure raises APIError (before or mid-stream)."""
     clock = RequestClock()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 
 from tests.server.conftest import RunningServer, start_server, stop_server
 
-KEYS = {name: f"sk-{name}-5ecret-{i}" for i, name in enumerate(("alice", "bob", "carol", "dave", "erin"))}
+KEYS = {name: f"sk-{name}-5ecret-{i}" for i, name in enumerate(("alice", "bob", "carol", "dave", "erin", "fay"))}
 CONFIG = f"""
 [[keys]]
 name = "alice"
@@ -48,6 +49,11 @@ max_tokens = 8
 name = "erin"
 key = "{KEYS["erin"]}"
 admin = true
+
+[[keys]]
+name = "fay"
+key = "{KEYS["fay"]}"
+tokens_per_minute = 100
 """
 CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
 MESSAGE = {"model": "x", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
@@ -186,6 +192,34 @@ def test_max_tokens_over_the_cap_is_a_400_and_a_request_naming_none_gets_the_cap
     capped = httpx.post(f"{url}/v1/chat/completions", json=body, headers=_auth("dave"), timeout=120)
     assert capped.status_code == 200
     assert capped.json()["usage"]["completion_tokens"] == 8
+
+
+def abandon_stream(url: str, headers: dict[str, str], events: int) -> None:
+    """A stream asked for 400 tokens, left after `events` chunks with text."""
+    body = {**CHAT, "max_tokens": 400, "stream": True, "ignore_eos": True}
+    seen = 0
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers, timeout=120) as answer:
+        assert answer.status_code == 200
+        for line in answer.iter_lines():
+            if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["delta"].get("content"):
+                seen += 1
+                if seen == events:
+                    break
+
+
+def wait_for(check: Any, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not seen in time"
+        time.sleep(0.1)
+
+
+def test_a_stream_its_client_leaves_is_charged_the_tokens_it_streamed(keyed: tuple[RunningServer, Path]) -> None:
+    url = keyed[0].url
+    abandon_stream(url, _auth("fay"), 120)
+    # The server sees the client gone, then charges what was streamed: over fay's 100 a minute.
+    wait_for(lambda: any(r["key"] == "fay" and r["completion_tokens"] >= 120 for r in _usage(url, "erin")))
+    _assert_429(_chat(url, "fay"), _message(url, "fay"), "tokens_per_minute")
 
 
 def test_usage_per_key_and_model_matches_the_answers(keyed: tuple[RunningServer, Path]) -> None:

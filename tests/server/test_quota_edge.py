@@ -13,8 +13,9 @@ import httpx
 import pytest
 
 from tests.server.conftest import RunningServer, start_server, stop_server
+from tests.server.test_quota import abandon_stream, wait_for
 
-SAM, OPS, PAT = "sk-sam-r0uter", "sk-ops-r0uter", "sk-pat-fr0nt"
+SAM, OPS, PAT, KIM = "sk-sam-r0uter", "sk-ops-r0uter", "sk-pat-fr0nt", "sk-kim-fr0nt"
 CONFIG = f"""
 [[keys]]
 name = "sam"
@@ -26,6 +27,11 @@ requests_per_minute = 3
 name = "pat"
 key = "{PAT}"
 tokens_per_minute = 30
+
+[[keys]]
+name = "kim"
+key = "{KIM}"
+tokens_per_minute = 100
 
 [[keys]]
 name = "ops"
@@ -118,6 +124,12 @@ def test_front_charges_what_its_member_reports(model_path: str, tmp_path: Path) 
             rows = [r for (key, _), r in _usage(front.url).items() if key == "pat"]
             assert sum(r["prompt_tokens"] for r in rows) == used["prompt_tokens"]
             assert sum(r["completion_tokens"] for r in rows) == used["completion_tokens"]
+            # A stream whose client leaves midway is charged at the front what it streamed.
+            abandon_stream(front.url, {"Authorization": f"Bearer {KIM}"}, 120)
+            kim = lambda: sum(r["completion_tokens"] for (k, _), r in _usage(front.url).items() if k == "kim")  # noqa: E731
+            wait_for(lambda: kim() >= 120)
+            late = _post(front.url, "/v1/chat/completions", KIM, {"messages": HI, "max_tokens": 3})
+            assert late.status_code == 429 and "tokens_per_minute" in late.text
             # The member holds no keys file: it counted nothing and refuses nothing.
             assert httpx.get(f"{member.url}/usage", timeout=30).status_code == 404
         finally:
