@@ -114,7 +114,9 @@ SERVERS = {
         "8",
     ],
     "ngram-cache": ["--spec-type", "ngram-cache", "-lcs", "{tmp}/static.bin", "-lcd", "{tmp}/dynamic.bin"],
-    "self draft": ["--spec-type", "draft-simple", "-md", "{model}", "--spec-draft-n-max", "4"],
+    # The draft's own placement flags change where it runs, not what it drafts.
+    "self draft": ["--spec-type", "draft-simple", "-md", "{model}", "--spec-draft-n-max", "4"]
+    + ["-otd", r"token_embd\.weight=CPU", "-devd", "none", "-tbd", "1", "--poll-draft", "0"],
     "truncated draft": ["--spec-type", "draft-simple", "-md", "{truncated}", "--spec-draft-n-max", "4"],
 }
 
