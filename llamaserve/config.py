@@ -263,6 +263,11 @@ class ServerConfig:
     max_queue: int = -1
     max_queue_tokens: int = -1
     max_itl_ms: int = 0
+    # OpenTelemetry traces (the optional `otel` extra): --otel turns them on with the OTEL_*
+    # variables' exporter settings, --otlp-endpoint names the collector; the variables alone
+    # turn them on too (telemetry/settings.py)
+    otel: bool = False
+    otlp_endpoint: str = ""
     # logging
     log_jsonl: bool = False
     log_prefix: bool = True  # llama-server turns it on at start; --no-log-prefix: bare messages
@@ -420,6 +425,8 @@ class ServerConfig:
             raise ConfigError("--max-queue and --max-queue-tokens must be -1 (no limit) or >= 0")
         if self.max_itl_ms < 0:
             raise ConfigError("--max-itl-ms must be >= 0 (0: off)")
+        if self.otlp_endpoint and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", self.otlp_endpoint):
+            raise ConfigError(f"--otlp-endpoint: not an http(s) URL: {self.otlp_endpoint!r}")
         if self.api_prefix and (not self.api_prefix.startswith("/") or self.api_prefix.endswith("/")):
             raise ConfigError("--api-prefix must start with '/' and have no trailing slash, e.g. /llama")
         if not self.hosts:

@@ -37,13 +37,15 @@ from llamaserve.families.native.routes import native_routes
 from llamaserve.families.responses.routes import responses_routes
 from llamaserve.serving.sleep import IdleSleeper
 from llamaserve.serving.state import ServerState
+from llamaserve.telemetry.tracing import request_tracer
 from llamaserve.tools.registry import Toolbox
 
 log = logging.getLogger("llamaserve.http")
 
 
 def _add_middleware(app: FastAPI, state: ServerState) -> None:
-    """Outermost last: the access log sees every answer; CORS answers preflights before
+    """Outermost last: with tracing on, the request's span covers everything below; the access
+    log sees every answer; CORS answers preflights before
     anything else and marks every answer (unprefixed 404s and 401s too, as llama-server);
     the prefix is stripped before the site guard refuses what another site's page could
     send to the routes that act on the machine, and before the key check guards everything
@@ -61,6 +63,11 @@ def _add_middleware(app: FastAPI, state: ServerState) -> None:
         app.add_middleware(PrefixMiddleware, prefix=config.api_prefix)
     app.add_middleware(CORSMiddleware, policy=CorsPolicy.from_config(config))
     app.add_middleware(AccessLogMiddleware)
+    tracer = request_tracer()
+    if tracer is not None:  # outermost: the span covers every answer, to a stream's last chunk
+        from llamaserve.telemetry.middleware import TracingMiddleware
+
+        app.add_middleware(TracingMiddleware, tracer=tracer, model=config.model_alias)
 
 
 def _add_error_handlers(app: FastAPI) -> None:

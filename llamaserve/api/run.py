@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable
 from types import FrameType
@@ -26,10 +27,20 @@ from llamaserve.api.event_loop import run_on_fast_loop
 from llamaserve.api.listen import BindError, Listener, close_listeners, open_listeners
 from llamaserve.api.logs import setup_logging
 from llamaserve.api.shutdown import ASGIApp
-from llamaserve.config import ServerConfig
+from llamaserve.config import ConfigError, ServerConfig
+from llamaserve.telemetry.tracing import start_tracing
 
 # ASGIApp is named here too, so a process's Site needs nothing of api/ but this module.
-__all__ = ["ASGIApp", "Site", "StopSwitch", "bind", "run_server", "setup_forwarder_logging", "uvicorn_config"]
+__all__ = [
+    "ASGIApp",
+    "Site",
+    "StopSwitch",
+    "bind",
+    "run_server",
+    "setup_forwarder_logging",
+    "start_request_tracing",
+    "uvicorn_config",
+]
 
 DEFAULT_GRACEFUL_S = 5  # how long uvicorn waits for open requests after a stop, unless a process says otherwise
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -94,6 +105,18 @@ def bind(config: ServerConfig, log: logging.Logger) -> list[Listener] | None:
     except BindError as exc:
         log.error("%s", exc)
         return None
+
+
+def start_request_tracing(config: ServerConfig, service: str, log: logging.Logger) -> bool:
+    """OpenTelemetry traces when the flags or the OTEL_* variables ask for them (telemetry/), under
+    `service` unless OTEL_SERVICE_NAME names one; False, logged, when they cannot start."""
+    try:
+        if start_tracing(config, os.environ, service):
+            log.info("tracing: every request exported as OpenTelemetry spans (%s)", service)
+    except ConfigError as exc:
+        log.error("tracing: %s", exc)
+        return False
+    return True
 
 
 def setup_forwarder_logging(config: ServerConfig) -> None:

@@ -23,7 +23,7 @@ from llamaserve.api.listen import Listener, close_listeners
 from llamaserve.api.logs import setup_logging
 from llamaserve.api.parent_watch import exit_when_stdin_closes, is_router_child
 from llamaserve.api.routes_tools import toolbox_from_config
-from llamaserve.api.run import Site, StopSwitch, bind, run_server
+from llamaserve.api.run import Site, StopSwitch, bind, run_server, start_request_tracing
 from llamaserve.api.shutdown import ASGIApp, DrainMiddleware
 from llamaserve.api.threads import size_worker_threads
 from llamaserve.api.timeouts import TimeoutMiddleware, read_timeout_protocol
@@ -70,6 +70,8 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
     """Serve until SIGTERM/SIGINT while `state.loader` loads the model in the background; the exit code."""
     config = state.config
     setup_logging(config, hooks.route_logs)
+    if not start_request_tracing(config, "llamaserve", log):
+        return 1
     listeners = bind(config, log)
     if listeners is None:
         return 1

@@ -806,4 +806,22 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
         group=SERVER,
         help="limit prompt work per step so generating slots get a token at least this often (0: off)",
     ),
+    # Ours (llama-server has no tracing): OpenTelemetry's own OTEL_* variables configure it, so
+    # these flags have no LLAMA_ARG_ variable.
+    row(
+        "--otel",
+        "otel",
+        "flag",
+        group=SERVER,
+        help="OpenTelemetry traces of every request, exported as the OTEL_* variables say (default: "
+        "OTLP over HTTP to localhost:4318); needs the 'otel' extra. The OTEL_* variables alone turn them on too",
+    ),
+    row(
+        "--otlp-endpoint",
+        "otlp_endpoint",
+        metavar="URL",
+        group=SERVER,
+        help="OpenTelemetry traces exported over OTLP/HTTP to this collector (http://host:4318, or a full "
+        ".../v1/traces URL); implies --otel",
+    ),
 )

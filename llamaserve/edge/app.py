@@ -14,6 +14,7 @@ from llamaserve.api.quota import add_quota
 from llamaserve.api.site_guard import SiteGuardMiddleware, SitePolicy
 from llamaserve.config import ServerConfig
 from llamaserve.errors import APIError
+from llamaserve.telemetry.tracing import request_tracer
 
 
 def edge_app(title: str, config: ServerConfig) -> FastAPI:
@@ -25,6 +26,11 @@ def edge_app(title: str, config: ServerConfig) -> FastAPI:
     app.add_middleware(SiteGuardMiddleware, policy=SitePolicy.from_config(config))
     app.add_middleware(CORSMiddleware, policy=CorsPolicy.from_config(config))
     app.add_middleware(AccessLogMiddleware)
+    tracer = request_tracer()
+    if tracer is not None:  # outermost; the forwarded trace headers name this process's span
+        from llamaserve.telemetry.middleware import TracingMiddleware
+
+        app.add_middleware(TracingMiddleware, tracer=tracer, forward=True)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> Response:

@@ -50,4 +50,5 @@ def finished_event(slot: Slot, stop_type: str, now: float) -> Finished:
         id_slot=slot.id,
         truncated=slot.truncated,
         prompt_logprobs=slot.prompt_logprobs,
+        t_done=now,
     )

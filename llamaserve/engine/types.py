@@ -136,6 +136,9 @@ class Finished:
     id_slot: int
     truncated: bool = False
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # for prompt tokens 1..n-1
+    # time.perf_counter() when the request finished: with `timings` (queue, prompt, generation,
+    # back to back up to here) it places each phase in time, for the HTTP side's trace spans.
+    t_done: float = 0.0
 
 
 @dataclass

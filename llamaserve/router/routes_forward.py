@@ -104,6 +104,7 @@ async def routed(request: Request, *, touch: bool) -> Response:
     ctx = context_of(request)
     body = await request.body()
     inst = _validate(ctx, await _model_of(request, body), _autoload(request, ctx.config.models_autoload))
+    request.state.trace_model = inst.name  # the request span's gen_ai.request.model (telemetry/middleware.py)
     conv_id = request.headers.get(CONV_HEADER, "") if request.method == "POST" else ""
     ticket = ctx.owners.remember(conv_id, inst.name)
     if not ticket:

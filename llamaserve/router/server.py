@@ -6,7 +6,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from llamaserve.api.run import ASGIApp, Site, StopSwitch, bind, run_server, setup_forwarder_logging
+from llamaserve.api.run import (
+    ASGIApp,
+    Site,
+    StopSwitch,
+    bind,
+    run_server,
+    setup_forwarder_logging,
+    start_request_tracing,
+)
 from llamaserve.config import ConfigError, ServerConfig
 from llamaserve.edge.proxy import Upstream
 from llamaserve.router.app import create_router_app
@@ -36,6 +44,8 @@ def serve(config: ServerConfig, argv: Sequence[str], environ: Mapping[str, str])
         log.error("number of models to load on startup (%d) exceeds --models-max (%d)", starting, config.models_max)
         return 1
     _log_models(specs)
+    if not start_request_tracing(config, "llamaserve-router", log):
+        return 1
     listeners = bind(config, log)
     if listeners is None:
         return 1

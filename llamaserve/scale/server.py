@@ -7,7 +7,15 @@ import asyncio
 import contextlib
 import logging
 
-from llamaserve.api.run import ASGIApp, Site, StopSwitch, bind, run_server, setup_forwarder_logging
+from llamaserve.api.run import (
+    ASGIApp,
+    Site,
+    StopSwitch,
+    bind,
+    run_server,
+    setup_forwarder_logging,
+    start_request_tracing,
+)
 from llamaserve.config import ServerConfig
 from llamaserve.edge.proxy import Upstream
 from llamaserve.scale.balancer import Balancer
@@ -19,6 +27,8 @@ log = logging.getLogger("llamaserve.scale")
 
 def serve(config: ServerConfig) -> int:
     setup_forwarder_logging(config)
+    if not start_request_tracing(config, "llamaserve-front", log):
+        return 1
     listeners = bind(config, log)
     if listeners is None:
         return 1

@@ -14,6 +14,7 @@ from llamaserve.engine.client import EngineClient
 from llamaserve.engine.types import Failed, Finished, GenerationRequest, TextDelta, TokenLogprob
 from llamaserve.errors import APIError
 from llamaserve.serving.latency import RequestClock
+from llamaserve.telemetry.hook import note_finished
 
 Tagged = tuple[int, TextDelta | Finished]
 """(choice index, event): what a stream yields."""
@@ -49,6 +50,7 @@ async def complete(engine: EngineClient, jobs: list[GenerationRequest]) -> list[
             out[index].tokens += event.tokens
             out[index].logprobs += event.logprobs
         elif isinstance(event, Finished):
+            note_finished(index, event)
             out[index].finished = event
             out[index].text = "".join(parts[index])
         else:
@@ -79,6 +81,8 @@ async def stream(engine: EngineClient, jobs: list[GenerationRequest]) -> AsyncIt
                 raise failure(event)
             if isinstance(event, TextDelta):
                 clock.tokens(len(event.tokens))
+            else:
+                note_finished(index, event)
             yield index, event
     finally:
         clock.done()

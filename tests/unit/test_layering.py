@@ -56,14 +56,41 @@ ALLOWED: dict[str, set[str]] = {
     # serving/ sees the engine through its front (engine.client: generation, calls on the scheduler
     # thread, slot views, counters, slot files) and the plain data it trades in; never the
     # scheduler, its KV bookkeeping or its queue.
-    "serving": {*ENGINE_FRONT, "chat", "grammar", "protocol", "errors", "sse", "config", "jsondepth", "outbound"},
+    # Of telemetry/ only the hook that hands finished choices to a request's trace (plain Python).
+    "serving": {
+        *ENGINE_FRONT,
+        "chat",
+        "grammar",
+        "protocol",
+        "errors",
+        "sse",
+        "config",
+        "jsondepth",
+        "outbound",
+        "telemetry.hook",
+    },
     # quota/ (named keys, their limits and usage) is plain bookkeeping under the HTTP side and the edge.
     "quota": {"config"},
-    "api": {"serving", "protocol", "errors", "sse", "config", "webui", "jsondepth", "tools", "outbound", "quota"},
+    "api": {
+        "serving",
+        "protocol",
+        "errors",
+        "sse",
+        "config",
+        "webui",
+        "jsondepth",
+        "tools",
+        "outbound",
+        "quota",
+        "telemetry",
+    },
     "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale", "quota.policy"},
     # What the processes at the edge share (edge/: the proxy, the app shell, the /metrics merge):
     # plain HTTP forwarding, with the API's key/CORS/site middleware in the shell; never the engine.
-    "edge": {"config", "errors", "sse", "api.middleware", "api.cors", "api.site_guard", "api.quota"},
+    "edge": {"config", "errors", "sse", "api.middleware", "api.cors", "api.site_guard", "api.quota", "telemetry"},
+    # OpenTelemetry traces (the optional extra): settings from the config, spans from the engine's
+    # finished events; the processes reach it through api/ (start-up, app shell) and edge/.
+    "telemetry": {"config", "engine.types"},
     # Router mode speaks HTTP to child processes of our own server and never imports the engine:
     # it reads the flag table (presets), the hub's cache listing, the web UI's files, forwards
     # through edge/, and of api/ takes only the start-up every process shares (api.run:
@@ -103,6 +130,7 @@ RESTRICTED: dict[str, set[str]] = {
     "uvicorn": {"api", "router", "scale"},
     "mcp": {"tools"},  # the MCP SDK speaks to MCP servers from tools/mcp.py only
     "ray": {"ray"},  # the optional extra stays behind llamaserve/ray/
+    "opentelemetry": {"telemetry"},  # the optional extra stays behind llamaserve/telemetry/
 }
 
 
