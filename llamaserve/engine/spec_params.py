@@ -25,16 +25,17 @@ SPEC_TYPES = (
     "ngram-cache",
 )
 
-# The reason llama.cpp's own drafters of these kinds need: the target's hidden states read back
-# after every target decode, through llama.cpp's staging API (src/llama-ext.h), which our libllama
-# exports only as C++-mangled symbols with no C declaration, and draft batches run through
-# llama_process with llama_batch_ext rows carrying a token and an embedding together.
+# What llama.cpp's own drafters of these kinds need and llamaserve lacks: the target's hidden states
+# after every target decode (prompt chunks and verification rows alike) handed to the drafter.
+# llama.cpp reads them through its staging API (src/llama-ext.h), whose functions our libllama
+# exports only with C++ linkage (mangled names), absent from llama.h and from llama-cpp-python.
 _HIDDEN_STATES = (
-    "llamaserve's runner decodes with llama_batch and does not read the target's hidden states back "
-    "(llama.cpp does it through its C++-only staging API, src/llama-ext.h: llama_set_embeddings_layer_inp, "
-    "llama_get_embeddings_nextn_ith, and llama_process with llama_batch_ext rows); llamaserve runs "
-    "standalone draft models only (draft-simple)"
+    "llamaserve's runner does not read the target's hidden states back: llama.cpp exposes them only "
+    "through its C++ staging API (src/llama-ext.h: llama_set_embeddings_layer_inp, "
+    "llama_get_embeddings_layer_inp, llama_get_embeddings_nextn_ith, llama_model_target_layer_ids), which "
+    "is not part of llama.h nor of llama-cpp-python; llamaserve runs standalone draft models only (draft-simple)"
 )
+
 # Types that need a draft head or architecture this build cannot run, with the reason given at start.
 UNSUPPORTED_TYPES = {
     "draft-eagle3": "it needs an EAGLE-3 draft head trained for the target model, fed with the hidden states "
