@@ -149,50 +149,27 @@ class QuotaMiddleware:
         self, scope: Scope, receive: Receive, send: Send, policy: KeyPolicy | None, name: str, asked_model: str
     ) -> None:
         status = 0
-        edge = self.model is None
-        got = report.Reported()
-        tail = b""
-        sse = False
-        reported = False  # the stream's closing report arrived
-        events = 0  # data events relayed: the estimate when a stream ends without its report
-        if edge:  # ask the server behind for its counts (a client's own header is replaced)
+        reader = report.ReportReader() if self.model is None else None
+        if reader is not None:  # an edge asks its server for the counts (a client's own header is replaced)
             headers = [(k, v) for k, v in scope.get("headers", ()) if k != report.HEADER]
             scope["headers"] = [*headers, (report.HEADER, report.ASK)]
 
         async def counting_send(message: Message) -> None:
-            nonlocal status, tail, sse, reported, events
+            nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                if edge:
-                    kept = []
-                    for k, v in message.get("headers", ()):
-                        if k == report.HEADER:
-                            report.read_header(v, got)
-                        else:
-                            kept.append((k, v))
-                            sse = sse or (k == b"content-type" and v.startswith(b"text/event-stream"))
-                    message["headers"] = kept
-            elif sse and message["type"] == "http.response.body":
-                body = message.get("body", b"")
-                events += body.count(b"data: ")
-                if report.COMMENT in body and report.read_comment(body, got):
-                    # The comment is for this process only: the client's stream ends as the server wrote it.
-                    reported = True
-                    start = body.index(report.COMMENT)
-                    message["body"] = body[:start] + body[body.index(b"\n\n", start) + 2 :]
-                elif tail and report.read_comment(tail + body, got):
-                    reported = True  # the rare comment split between two chunks
-                tail = body[-64:]
+                if reader is not None:
+                    message["headers"] = reader.headers(list(message.get("headers", ())))
+            elif reader is not None and reader.streamed and message["type"] == "http.response.body":
+                message["body"] = reader.body(message.get("body", b""))
             await send(message)
 
         try:
             await self.app(scope, receive, counting_send)
         finally:
-            if edge:
+            if reader is not None:
+                got = reader.counts()
                 prompt, cached, completion = got.prompt, got.cached, got.completion
-                if sse and not reported:
-                    # Cut short (the client left, the server broke off): about one token per event.
-                    completion = max(completion, events)
                 model = got.model or asked_model or "-"
             else:
                 prompt, cached, completion = scope.get("state", {}).get("tokens") or (0, 0, 0)

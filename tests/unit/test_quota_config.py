@@ -1,4 +1,5 @@
-"""--api-keys-config without a server: the file's checks, the minute windows, the usage file."""
+"""--api-keys-config without a server: the file's checks, the minute windows, the usage file,
+the report a server sends the edge in front of it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from llamaserve.config import ConfigError
+from llamaserve.quota import report
 from llamaserve.quota.limits import Limiter
 from llamaserve.quota.policy import KeyPolicy, parse_keys_config
+from llamaserve.quota.report import Reported, ReportReader
 from llamaserve.quota.usage import Counts, UsageLedger, UsageStore
 
 TOML = """
@@ -108,3 +111,31 @@ def test_usage_is_kept_in_the_file_and_concurrent_records_all_land(tmp_path: Pat
     text = again.prometheus().decode()
     assert 'llamaserve:key_requests_total{key="a",model="m"} 50' in text
     assert "# TYPE llamaserve:key_errors_total counter" in text
+
+
+def test_the_edge_reads_the_servers_report_and_the_client_never_sees_it() -> None:
+    sse = [(b"content-type", b"text/event-stream")]
+    whole = ReportReader()
+    assert whole.headers([*sse, (report.HEADER, report.header_value(None, "my model"))]) == sse
+    event = b'data: {"text": "x"}\n\n'
+    assert whole.body(event) == event
+    assert whole.body(event + report.comment((12, 4, 7)) + b"data: [DONE]\n\n") == event + b"data: [DONE]\n\n"
+    assert whole.counts() == Reported(12, 4, 7, "my model")
+
+    split = ReportReader()
+    split.headers(sse)
+    closing = event + report.comment((30, 0, 9))
+    split.body(closing[:30])
+    split.body(closing[30:])
+    assert split.counts() == Reported(30, 0, 9, "")
+
+    cut_short = ReportReader()  # the stream ended without its comment: one token per event
+    cut_short.headers(sse)
+    for _ in range(5):
+        cut_short.body(event)
+    assert cut_short.counts().completion == 5
+
+    answer = ReportReader()  # a whole JSON answer: the counts come in the header
+    kept = answer.headers([(b"content-type", b"application/json"), (report.HEADER, b"5 1 2 smol")])
+    assert kept == [(b"content-type", b"application/json")]
+    assert answer.counts() == Reported(5, 1, 2, "smol")
