@@ -120,8 +120,34 @@ def _media(config: ServerConfig, model: Model, undo: ExitStack) -> MediaPrompter
     return MediaPrompter(projector, MediaStore())
 
 
+def _legacy_template(config: ServerConfig, model: Model, marker: str | None) -> tuple[PromptTemplate, str]:
+    """--no-jinja: llama-server's non-Jinja path. llama.cpp's built-in formats render the chat;
+    `llama_chat_apply_template` picks the format from the template it is handed (a built-in's
+    name, or a template's text, recognised by its markers): --chat-template-file's text, else
+    --chat-template, else the model's own template, else ChatML. A template llama.cpp has no
+    format for is refused here; llama-server starts and fails every chat request instead."""
+    if config.chat_template_file:
+        with open(config.chat_template_file, encoding="utf-8") as fh:
+            source = fh.read()
+    else:
+        source = config.chat_template or model.chat_template() or "chatml"
+    refusal = "tools param requires --jinja flag (this server runs with --no-jinja: llama.cpp's built-in templates)"
+    template = BuiltinTemplate(source, render_builtin, media_marker=marker, tools_refusal=refusal)
+    try:
+        template.render([{"role": "user", "content": "test"}])
+    except TemplateError:
+        raise ConfigError(
+            "--no-jinja: none of llama.cpp's built-in chat templates matches this chat template "
+            "(llama-server answers each chat request with 'this custom template is not supported, "
+            "try using --jinja'); drop --no-jinja, or name a built-in with --chat-template"
+        ) from None
+    return template, source
+
+
 def _chat_template(config: ServerConfig, model: Model, marker: str | None = None) -> tuple[PromptTemplate, str]:
     """The runtime's template and what /props shows for it (a built-in's name, as llama-server)."""
+    if not config.jinja:
+        return _legacy_template(config, model, marker)
     name = _builtin_name(config)
     if name is not None:
         return BuiltinTemplate(name, render_builtin), name
@@ -283,6 +309,40 @@ def _announce_hardware_flags(config: ServerConfig) -> None:
         )
 
 
+# The spellings (and variables) of llama-server's fitting flags, as `config.hardware_flags` lists them.
+_FIT_FLAGS = frozenset(
+    {"-fit", "--fit", "LLAMA_ARG_FIT", "-fitt", "--fit-target", "LLAMA_ARG_FIT_TARGET"}
+    | {"-fitc", "--fit-ctx", "LLAMA_ARG_FIT_CTX"}
+)
+
+
+def _check_fit(config: ServerConfig) -> None:
+    """--fit, -fitt, -fitc: llama-server (fit on by default) lowers the settings left unset
+    (-ngl, -c, ...) until the model fits each device's memory with -fitt MiB to spare, never
+    below -fitc tokens of context. That is llama.cpp's common library (`common_fit_params`),
+    which llama-cpp-python does not ship, and llamaserve does not do it. Without a GPU backend
+    there is no device memory to fit, in llama-server too: the values are checked and the flags
+    announced as having no effect. With one, asking for fitting is refused, and the default
+    (on) is said not to happen; `--fit off` is what runs."""
+    load = config.load
+    if not load.fit or not gpu_offload_supported():
+        return
+    asked = [flag for flag in config.hardware_flags if flag in _FIT_FLAGS]
+    if asked:
+        raise ConfigError(
+            f"{asked[0]}: fitting the model into device memory (--fit on, -fitt "
+            f"{','.join(map(str, load.fit_target))} MiB, -fitc {load.fit_ctx}) is not part of llamaserve: "
+            "llama.cpp does it in its common library, which llama-cpp-python does not ship; "
+            "pass --fit off and set -ngl and -c yourself"
+        )
+    log.warning(
+        "llama-server fits the model into device memory by default (--fit on); llamaserve does not: "
+        "it loads with -ngl %d and -c %d as set (pass --fit off to say so)",
+        load.n_gpu_layers,
+        config.ctx_size,
+    )
+
+
 def _announce_unused_tuning(config: ServerConfig) -> None:
     """--ctx-checkpoints / --checkpoint-min-step: validated, but we keep no context checkpoints.
 
@@ -356,6 +416,7 @@ def load_runtime(config: ServerConfig) -> ModelRuntime:
 def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
     t0 = time.perf_counter()
     _announce_hardware_flags(config)
+    _check_fit(config)
     _announce_unused_tuning(config)
     if config.load.numa:
         init_numa(config.load.numa)

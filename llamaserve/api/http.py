@@ -168,8 +168,10 @@ async def stream_events(
     frame: Callable[[AsyncIterator[Tagged]], AsyncIterator[bytes]],
     *,
     error_frame: Callable[[APIError], bytes] | None = None,
+    ping_interval: int | None = None,
 ) -> Response:
-    """An SSE response whose status is decided by the first event, with --sse-ping-interval pings.
+    """An SSE response whose status is decided by the first event, with --sse-ping-interval pings
+    (every `ping_interval` seconds instead when the request set its own `sse_ping_interval`).
 
     Waiting for the first event means a request that cannot start (prompt
     too long, bad parameters found by the engine) gets a proper 4xx instead
@@ -179,7 +181,7 @@ async def stream_events(
     so that proxies keep the connection, and a failure after that is sent in-stream.
     """
     recorded = _recording(request, events)
-    seconds = request_ping_seconds(request)
+    seconds = request_ping_seconds(request, ping_interval)
     first_task = asyncio.ensure_future(next_of(recorded))
     try:
         ready = await until_disconnect(request, arrives_within(first_task, seconds))

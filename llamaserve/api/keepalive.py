@@ -28,8 +28,11 @@ def ping_seconds(interval: int) -> float | None:
     return float(interval) if interval > 0 else None
 
 
-def request_ping_seconds(request: Request) -> float | None:
-    """The server's --sse-ping-interval for a stream answering `request`."""
+def request_ping_seconds(request: Request, asked: int | None = None) -> float | None:
+    """The ping interval of a stream answering `request`: the request's own `sse_ping_interval`
+    when it sets one (llama-server's per-request override), else the server's --sse-ping-interval."""
+    if asked is not None:
+        return ping_seconds(asked)
     return ping_seconds(getattr(request.app.state, "sse_ping_interval", -1))
 
 

@@ -33,9 +33,10 @@ PUBLIC_PREFIXES = ("/css/", "/js/", "/vendor/", "/static/", "/assets/")
 # /v1/models and the web UI's files): they neither wake a sleeping model nor
 # restart the idle clock.
 IDLE_EXEMPT_PATHS = PUBLIC_PATHS | {"/props", "/models", "/v1/models", "/metrics"}
-# Not tasks whatever the method: the resumable-stream routes read buffered bytes only, and the
-# agent tools and the MCP proxy never touch the model.
-IDLE_EXEMPT_ANY_METHOD = {"/v1/stream", "/v1/streams/lookup", "/tools", "/cors-proxy"}
+# Not tasks whatever the method: the resumable-stream routes read buffered bytes only, the
+# agent tools and the MCP proxy never touch the model, and the chat control route acts only on
+# a running answer (a sleeping model runs none).
+IDLE_EXEMPT_ANY_METHOD = {"/v1/stream", "/v1/streams/lookup", "/tools", "/cors-proxy", "/v1/chat/completions/control"}
 
 
 async def send_json(

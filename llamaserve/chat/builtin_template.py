@@ -58,10 +58,23 @@ def _turn(index: int, message: Mapping[str, Any]) -> tuple[str, str]:
 class BuiltinTemplate:
     """One of llama.cpp's built-in chat formats, by its name (``llama3``, ``gemma``, ...)."""
 
-    def __init__(self, name: str, renderer: BuiltinRenderer, *, media_marker: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        renderer: BuiltinRenderer,
+        *,
+        media_marker: str | None = None,
+        tools_refusal: str | None = None,
+    ) -> None:
+        # `name` is what llama.cpp is handed: a built-in's name, or (--no-jinja) a template's
+        # text, from which llama.cpp detects the format as llama-server's non-Jinja path does.
         self.name: str = name
         self._renderer: BuiltinRenderer = renderer
         self.media_marker: str | None = media_marker
+        self._tools_refusal: str = tools_refusal or (
+            f"tools need a Jinja chat template; llama.cpp's built-in {name!r} template "
+            "cannot render them (start the server with the model's own template or --chat-template-file)"
+        )
 
     @property
     def caps(self) -> TemplateCaps:
@@ -78,10 +91,7 @@ class BuiltinTemplate:
     ) -> str:
         """The prompt llama.cpp builds for the conversation; ``kwargs`` are accepted and unused."""
         if tools:
-            raise TemplateError(
-                f"tools need a Jinja chat template; llama.cpp's built-in {self.name!r} template "
-                "cannot render them (start the server with the model's own template or --chat-template-file)"
-            )
+            raise TemplateError(self._tools_refusal)
         prepared = normalize_messages(
             messages,
             concat_text_parts=True,

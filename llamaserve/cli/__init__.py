@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from llamaserve.cli.argv import Parsed, UsageError, parse, pending_features
+from llamaserve.cli.argv import Parsed, UsageError, noop_flags, parse, pending_features
 from llamaserve.cli.build import build_config
 from llamaserve.cli.info import run_action
 from llamaserve.config import ConfigError, ServerConfig
@@ -33,6 +33,8 @@ def _config(parsed: Parsed, env: dict[str, str]) -> ServerConfig:
     if missing:
         spelling, feature = missing[0]
         raise ConfigError(f"{spelling}: {feature} is not part of llamaserve yet, so this flag cannot be honoured")
+    for spelling, why in noop_flags(parsed):
+        sys.stderr.write(f"warning: {spelling} has no effect: {why}\n")
     return build_config(parsed, env)
 
 

@@ -134,6 +134,11 @@ def pending_features(parsed: Parsed) -> list[tuple[str, str]]:
     return out
 
 
+def noop_flags(parsed: Parsed) -> list[tuple[str, str]]:
+    """(spelling, why) for each flag given that llama-server itself reads nowhere."""
+    return [(g.source, g.opt.noop) for g in parsed.given if g.opt.noop]
+
+
 def hardware_flags(parsed: Parsed) -> list[str]:
     """The spellings given that act only on a GPU build."""
     return [g.source for g in parsed.given if g.opt.hardware]

@@ -3,6 +3,12 @@
 The rows themselves are in the `options_*.py` modules. A few stand for features that are filed
 but not built (video input): they parse and check their value, and then
 the server refuses to start with a message that names the missing feature, never ignoring them.
+
+Every other row's value reaches code that acts on it (`tests/unit/test_flags_reach.py` checks
+that the config field it fills is read outside `cli/` and `config.py`). A row whose value can
+reach nothing says why in the row itself: `feature` (refused: not built), `removed` (refused:
+llama-server removed it) or `noop` (accepted with a warning: llama-server reads it nowhere
+either). There is no other list of exceptions.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class Opt:
     removed: str | None = None  # llama-server removed it: giving it exits 1 with this advice
     hardware: bool = False  # acts only where llama.cpp has a GPU backend
     inert: tuple[Any, ...] = ()  # values of a pending feature's flag that leave the feature off
+    noop: str | None = None  # llama-server parses it and reads it nowhere: giving it warns with this reason
 
     @property
     def spellings(self) -> tuple[str, ...]:

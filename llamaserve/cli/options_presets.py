@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaserve.cli.opt import MULTIMODAL, Opt, preset
+from llamaserve.cli.opt import Opt, preset
 
 _FIM: dict[str, Any] = {"batch_size": 1024, "ubatch_size": 1024, "ctx_size": 0, "cache_reuse": 256, "port": 8012}
 _GPT_OSS: dict[str, Any] = {
@@ -93,14 +93,12 @@ PRESET_OPTIONS: tuple[Opt, ...] = (
     preset(
         "--vision-gemma-4b-default",
         {"hf_repo": "ggml-org/gemma-3-4b-it-qat-GGUF", "port": 8014, "ctx_size": 0, "jinja": True},
-        "Gemma 3 4B QAT (downloads it)",
-        feature=MULTIMODAL,
+        "Gemma 3 4B QAT with its vision projector (downloads it)",
     ),
     preset(
         "--vision-gemma-12b-default",
         {"hf_repo": "ggml-org/gemma-3-12b-it-qat-GGUF", "port": 8014, "ctx_size": 0, "jinja": True},
-        "Gemma 3 12B QAT (downloads it)",
-        feature=MULTIMODAL,
+        "Gemma 3 12B QAT with its vision projector (downloads it)",
     ),
     preset(
         "--spec-default",

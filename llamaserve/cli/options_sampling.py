@@ -191,7 +191,8 @@ SAMPLING_OPTIONS: tuple[Opt, ...] = (
         "flag",
         env="LLAMA_ARG_BACKEND_SAMPLING",
         group=SAMPLING,
-        hardware=True,
+        feature="backend sampling (llama.cpp's samplers run inside the decode graph, set per sequence "
+        "when the context is made; llamaserve samples each token with its own chain of llama.cpp's samplers)",
         help="sample inside llama.cpp's graph (experimental in llama.cpp)",
     ),
 )

@@ -172,6 +172,7 @@ SPECULATIVE_OPTIONS: tuple[Opt, ...] = (
         metavar="P",
         env="LLAMA_ARG_SPEC_DRAFT_P_SPLIT",
         group=SERVER,
+        noop="llama.cpp parses it into its speculative settings and reads it nowhere",
         help="speculative split probability",
     ),
     row(

@@ -32,6 +32,8 @@ def _describe(opt: Opt) -> str:
         text = f"removed in llama-server: {opt.removed}"
     if opt.hardware:
         text += " [GPU builds]"
+    if opt.noop:
+        text += f" [no effect: {opt.noop}]"
     if opt.kind in ("value", "pair") and "default:" not in text and not opt.feature:
         default = _default(opt.dest)
         if isinstance(default, bool):

@@ -199,6 +199,30 @@ class EngineClient:
         self._scheduler.call(fn, reply, idle_slot=idle_slot)
         return await future
 
+    async def end_reasoning(self, completion_id: str) -> tuple[bool, str]:
+        """llama-server's `reasoning_end` control: the running generation(s) of `completion_id`
+        close their reasoning block now. (success, why not): llama-server's answer and messages.
+
+        Every choice of the id is ended (llama-server acts on the first slot it finds). A
+        request still waiting for a slot is not running yet, so it is not found, as there."""
+        slots = self._scheduler.slots
+
+        def act() -> tuple[bool, str]:
+            found = [
+                s for s in slots if s.busy and s.task is not None and s.task.request.completion_id == completion_id
+            ]
+            if not completion_id or not found:
+                return False, "no active completion for this id"
+            budgets = [s.reasoning for s in found if s.reasoning is not None and s.reasoning.spec.control]
+            if not budgets:
+                return False, "reasoning control not enabled for this completion"
+            for budget in budgets:
+                # As llama-server: success once armed, whether or not a block was open to close.
+                budget.force_end()
+            return True, ""
+
+        return await self.call(act)
+
     # ------------------------------------------------------------ reads (event loop)
     @property
     def n_slots(self) -> int:

@@ -50,6 +50,9 @@ class GenerationRequest:
     priority: int = 0  # lower values are admitted and prefilled first (vLLM's convention)
     # Special tokens whose text the answer shows even without -sp (llama-server's preserved_tokens).
     preserved_tokens: frozenset[int] = frozenset()
+    # The answer's id as the client sees it (`chatcmpl-…`), shared by n choices: what
+    # `POST /v1/chat/completions/control` names to act on the running generation.
+    completion_id: str = ""
 
 
 @dataclass

@@ -74,6 +74,9 @@ class SamplingFields(BaseModel):
     verbose: bool | None = None
     timings_per_token: bool | None = None
     return_progress: bool | None = None
+    # llama-server's per-request --sse-ping-interval for a streamed answer: seconds of quiet
+    # before a `:` comment line, -1 (or 0) for none; unset, the server's setting.
+    sse_ping_interval: int | None = Field(None, ge=-1, le=2**31 - 1)
     # Ours (vLLM's convention): lower values are admitted and prefilled first; 0 by default.
     priority: int | None = Field(None, ge=-(2**31), le=2**31 - 1)
 

@@ -41,6 +41,7 @@ def deep_list(depth: int) -> str:
 
 POST_ROUTES = [
     "/v1/chat/completions",
+    "/v1/chat/completions/control",
     "/v1/completions",
     "/completion",
     "/infill",

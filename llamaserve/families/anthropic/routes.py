@@ -65,7 +65,11 @@ def anthropic_routes(state: ServerState) -> APIRouter:
         if req.stream:
             events = generate.stream(rt.engine, jobs.requests)
             return await stream_events(
-                request, events, lambda ev: msgs.message_stream(rt, req, jobs, ev), error_frame=msgs.error_event
+                request,
+                events,
+                lambda ev: msgs.message_stream(rt, req, jobs, ev),
+                error_frame=msgs.error_event,
+                ping_interval=req.sse_ping_interval,
             )
         body = await until_disconnect(request, msgs.create_message(rt, req, jobs))
         used = body["usage"]

@@ -54,6 +54,16 @@ class ChatCompletionRequest(SamplingFields):
     # final message; refused together with add_generation_prompt: true.
     add_generation_prompt: bool | None = None
     continue_final_message: bool | str | None = None
+    # llama-server's reasoning control: arm the running answer so that
+    # POST /v1/chat/completions/control {"action": "reasoning_end"} can close its reasoning.
+    reasoning_control: bool = False
+    # The text the template put after the conversation for the answer to continue (llama-server:
+    # "prepended to model output before parsing"); set, it replaces the rendered one where the
+    # answer's parse and reasoning budget look: whether the answer starts inside a reasoning block.
+    generation_prompt: str | None = None
+    # false: the tools still shape the answer (template, grammar) but no tool call is parsed out
+    # of it; the raw text is the content.
+    parse_tool_calls: bool = True
 
     @field_validator("stop")
     @classmethod
@@ -61,3 +71,13 @@ class ChatCompletionRequest(SamplingFields):
         if isinstance(v, list) and len(v) > 16:
             raise ValueError("at most 16 stop sequences")
         return v
+
+
+class ChatControlRequest(BaseModel):
+    """`POST /v1/chat/completions/control` (families/chat/control.py)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = ""  # the running answer's `chatcmpl-…` id; empty is llama-server's 400
+    action: str = ""  # only "reasoning_end"
+    model: str | None = None  # names the model for a router; a single-model server ignores it

@@ -13,9 +13,9 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from llamaserve.api.http import JSONUTF8Response, read_body, read_json, runtime_of, stream_events, with_usage
 from llamaserve.api.sse import until_disconnect
 from llamaserve.errors import APIError
+from llamaserve.families.chat import control, transcriptions
 from llamaserve.families.chat import serving as chat
-from llamaserve.families.chat import transcriptions
-from llamaserve.families.chat.protocol import ChatCompletionRequest
+from llamaserve.families.chat.protocol import ChatCompletionRequest, ChatControlRequest
 from llamaserve.serving import generate
 from llamaserve.serving.state import ServerState
 
@@ -31,8 +31,18 @@ def chat_routes(state: ServerState) -> APIRouter:
         jobs = await chat.chat_request(rt, req)
         if req.stream:
             events = generate.stream(rt.engine, jobs.requests)
-            return await stream_events(request, events, lambda ev: chat.chat_stream(rt, req, jobs, ev))
+            return await stream_events(
+                request, events, lambda ev: chat.chat_stream(rt, req, jobs, ev), ping_interval=req.sse_ping_interval
+            )
         return with_usage(request, await until_disconnect(request, chat.chat_complete(rt, jobs)))
+
+    @router.post("/v1/chat/completions/control")
+    async def chat_completions_control(request: Request) -> Response:
+        """End a running answer's reasoning (`reasoning_end`), as llama-server's route does."""
+        req = await read_json(request, ChatControlRequest)
+        if state.asleep is not None:
+            return JSONUTF8Response(control.asleep_answer(req))
+        return JSONUTF8Response(await control.control(runtime_of(state), req))
 
     @router.post("/v1/chat/completions/input_tokens")
     @router.post("/chat/completions/input_tokens")

@@ -166,6 +166,13 @@ class ChatJobs:
     requests: list[GenerationRequest]
     plan: ChatPlan
     verbose: bool = False
+    id: str = ""  # the answer's `chatcmpl-…` id, which its running generations carry too
+
+
+def new_completion_id() -> str:
+    """An answer's `chatcmpl-…` id, made with the request so that the control route can find
+    its running generation by the id the client has just been streamed."""
+    return f"chatcmpl-{uuid.uuid4().hex}"
 
 
 def _reasoning_format(rt: ModelRuntime, req: ChatCompletionRequest) -> str:
@@ -244,11 +251,15 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
 
     grammar, triggers, extra_stops = await _answer_grammar(rt, req, fmt, tools)
     reasoning_fmt = "none" if pure else _reasoning_format(rt, req)
+    # The generation prompt (the request's, else the rendered prompt's tail) says whether the
+    # answer starts inside a reasoning block.
+    generation_prompt = req.generation_prompt if req.generation_prompt is not None else prompt[-400:]
     plan = ChatPlan(
-        tool_format=fmt,
+        # parse_tool_calls: false keeps the tools' grammar but leaves the calls in the text
+        tool_format=fmt if req.parse_tool_calls else None,
         tools=tools,
         reasoning_format=reasoning_fmt,
-        reasoning_open=template_opens_thinking(prompt[-400:]) if reasoning_fmt != "none" else False,
+        reasoning_open=template_opens_thinking(generation_prompt) if reasoning_fmt != "none" else False,
     )
     limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     n_probs = (req.top_logprobs or 0) if req.logprobs else (req.n_probs if req.n_probs else -1)
@@ -262,24 +273,33 @@ async def chat_request(rt: ModelRuntime, req: ChatCompletionRequest) -> ChatJobs
     job = build_request(
         rt, req, tokens, n_predict=limit, stop=list(stops), sampling=sampling, n_probs=n_probs, reasoning_budget=budget
     )
-    return ChatJobs(choices(rt, job, req.n), plan, wants_verbose(rt, req))
+    completion_id = new_completion_id()
+    job.completion_id = completion_id
+    return ChatJobs(choices(rt, job, req.n), plan, wants_verbose(rt, req), completion_id)
 
 
 def _reasoning_budget(
     rt: ModelRuntime, req: ChatCompletionRequest, plan: ChatPlan, *, constrained: bool
 ) -> ReasoningBudgetSpec | None:
-    """The request's reasoning budget (else --reasoning-budget) for the engine; None when unlimited.
+    """The request's reasoning budget (else --reasoning-budget) for the engine; None when unlimited
+    and not armed for `reasoning_control` (then the budget is unlimited, -1, until the control
+    route ends the block).
 
     Only where reasoning is parsed (`<think>` blocks) and no grammar shapes the output: a
     grammar or a tool-call format decides the text itself, and forced tokens would break it.
     """
     budget = req.reasoning_budget_tokens if req.reasoning_budget_tokens is not None else rt.config.reasoning_budget
-    if budget < 0 or plan.reasoning_format == "none" or constrained:
+    if (budget < 0 and not req.reasoning_control) or plan.reasoning_format == "none" or constrained:
         return None
     message = rt.config.reasoning_budget_message
     close = (f"\n{message}" if message else "") + "\n</think>\n\n"
     tokens = rt.model.tokenize(close, add_special=False, parse_special=True)
-    return ReasoningBudgetSpec(budget=budget, close_tokens=tuple(tokens), opened_by_prompt=plan.reasoning_open)
+    return ReasoningBudgetSpec(
+        budget=max(budget, -1),
+        close_tokens=tuple(tokens),
+        opened_by_prompt=plan.reasoning_open,
+        control=req.reasoning_control,
+    )
 
 
 @dataclass(frozen=True)
@@ -300,6 +320,7 @@ class ChatResult:
     usage: Usage
     timings: dict[str, Any]  # the first choice's, where llama-server puts them
     verbose: dict[str, Any] | None  # `__verbose` when asked: the first choice's native answer
+    id: str = ""  # the answer's `chatcmpl-…` id
 
 
 def _with_ids(parsed: ParsedMessage) -> ParsedMessage:
@@ -331,9 +352,9 @@ def _finish_reason(finished: Finished, parsed: ParsedMessage | None, truncated: 
     return "stop"
 
 
-def _envelope(rt: ModelRuntime, obj: str) -> dict[str, Any]:
+def _envelope(rt: ModelRuntime, obj: str, completion_id: str) -> dict[str, Any]:
     return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "id": completion_id or new_completion_id(),
         "object": obj,
         "created": int(time.time()),
         "model": rt.alias,
@@ -359,11 +380,12 @@ async def chat_result(rt: ModelRuntime, jobs: ChatJobs) -> ChatResult:
         reason = _finish_reason(r.done, parsed, truncated)
         out.append(ChatChoice(parsed, reason, r.done, _logprobs(rt, job, r.logprobs)))
     verbose = verbose_body(rt, jobs.requests[0], results[0]) if jobs.verbose else None
-    return ChatResult(out, Usage.of([r.done for r in results]), results[0].done.timings.to_json(), verbose)
+    timings = results[0].done.timings.to_json()
+    return ChatResult(out, Usage.of([r.done for r in results]), timings, verbose, jobs.id)
 
 
 def openai_body(rt: ModelRuntime, result: ChatResult) -> dict[str, Any]:
-    body = _envelope(rt, "chat.completion")
+    body = _envelope(rt, "chat.completion", result.id)
     body["choices"] = [
         {"index": i, "message": _message(c.message), "logprobs": c.logprobs, "finish_reason": c.finish_reason}
         for i, c in enumerate(result.choices)
@@ -478,7 +500,7 @@ async def chat_stream(
     jobs: ChatJobs,
     events: AsyncIterator[tuple[int, TextDelta | Finished]],
 ) -> AsyncIterator[bytes]:
-    envelope = _envelope(rt, "chat.completion.chunk")
+    envelope = _envelope(rt, "chat.completion.chunk", jobs.id)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     texts = ["" for _ in jobs.requests]
     async for chunk in chat_chunks(rt, jobs, events):

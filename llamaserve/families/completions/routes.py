@@ -26,7 +26,12 @@ def completion_routes(state: ServerState) -> APIRouter:
         jobs, prompt = await completion.infill_request(rt, req)
         if req.stream:
             events = generate.stream(rt.engine, jobs)
-            return await stream_events(request, events, lambda ev: completion.native_stream(rt, req, jobs, prompt, ev))
+            return await stream_events(
+                request,
+                events,
+                lambda ev: completion.native_stream(rt, req, jobs, prompt, ev),
+                ping_interval=req.sse_ping_interval,
+            )
         body = await until_disconnect(request, completion.native_complete(rt, req, [(jobs, prompt)]))
         return JSONUTF8Response(body)
 
@@ -41,7 +46,12 @@ def completion_routes(state: ServerState) -> APIRouter:
                 raise APIError("streaming supports a single prompt")
             group, prompt = jobs[0]
             events = generate.stream(rt.engine, group)
-            return await stream_events(request, events, lambda ev: completion.native_stream(rt, req, group, prompt, ev))
+            return await stream_events(
+                request,
+                events,
+                lambda ev: completion.native_stream(rt, req, group, prompt, ev),
+                ping_interval=req.sse_ping_interval,
+            )
         body = await until_disconnect(request, completion.native_complete(rt, req, jobs))
         first = body if isinstance(body, dict) else body[0]
         # response_fields may have left any of these out of the answer
@@ -58,7 +68,12 @@ def completion_routes(state: ServerState) -> APIRouter:
             if len(groups) != 1:
                 raise APIError("streaming supports a single prompt")
             events = generate.stream(rt.engine, groups[0])
-            return await stream_events(request, events, lambda ev: completion.oai_stream(rt, req, groups[0], ev))
+            return await stream_events(
+                request,
+                events,
+                lambda ev: completion.oai_stream(rt, req, groups[0], ev),
+                ping_interval=req.sse_ping_interval,
+            )
         answer = completion.oai_complete(rt, groups, verbose=wants_verbose(rt, req))
         return with_usage(request, await until_disconnect(request, answer))
 

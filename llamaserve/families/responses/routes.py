@@ -46,7 +46,10 @@ def responses_routes(state: ServerState) -> APIRouter:
         if req.stream:
             events = generate.stream(rt.engine, jobs.requests)
             return await stream_events(
-                request, events, lambda ev: resp.response_stream(rt, req, jobs, ev, on_final=keep)
+                request,
+                events,
+                lambda ev: resp.response_stream(rt, req, jobs, ev, on_final=keep),
+                ping_interval=req.sse_ping_interval,
             )
         body = await keep(await until_disconnect(request, resp.create_response(rt, req, jobs)))
         usage = body["usage"]
