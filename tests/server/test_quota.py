@@ -67,6 +67,8 @@ def _args(tmp: Path, model_path: str) -> list[str]:
         str(config),
         "--usage-db",
         str(tmp / "usage.sqlite3"),
+        "--batch-dir",
+        str(tmp / "batches"),
     ]
 
 
@@ -220,6 +222,34 @@ def test_a_stream_its_client_leaves_is_charged_the_tokens_it_streamed(keyed: tup
     # The server sees the client gone, then charges what was streamed: over fay's 100 a minute.
     wait_for(lambda: any(r["key"] == "fay" and r["completion_tokens"] >= 120 for r in _usage(url, "erin")))
     _assert_429(_chat(url, "fay"), _message(url, "fay"), "tokens_per_minute")
+
+
+def test_a_batchs_lines_run_under_the_key_that_created_it(keyed: tuple[RunningServer, Path]) -> None:
+    """The Batch API runs each line through the app with its creator's key: the key's cap
+    answers the line that asks too much, and every line is counted as the key's usage."""
+    url = keyed[0].url
+    before = sum(r["requests"] for r in _usage(url, "dave"))
+    lines = [
+        {"custom_id": name, "method": "POST", "url": "/v1/chat/completions", "body": {**CHAT, "max_tokens": n}}
+        for name, n in (("small", 4), ("big", 50), ("fine", 8))
+    ]
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=KEYS["dave"], max_retries=0, timeout=60)
+    data = ("\n".join(json.dumps(line) for line in lines) + "\n").encode()
+    upload = client.files.create(file=("lines.jsonl", data), purpose="batch")
+    batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h")
+    wait_for(lambda: client.batches.retrieve(batch.id).status == "completed", 120)
+    done = client.batches.retrieve(batch.id)
+    records = []
+    for file_id in (done.output_file_id, done.error_file_id):
+        if file_id:
+            records += [json.loads(row) for row in client.files.content(file_id).text.splitlines()]
+    by_id = {r["custom_id"]: r for r in records}
+    assert by_id["small"]["response"]["status_code"] == 200
+    assert by_id["fine"]["response"]["status_code"] == 200
+    big = by_id["big"]
+    assert big["response"]["status_code"] == 400
+    assert "max_tokens limit of 8" in json.dumps(big)
+    assert sum(r["requests"] for r in _usage(url, "dave")) - before >= 5  # the upload, the batch, its 3 lines
 
 
 def test_usage_per_key_and_model_matches_the_answers(keyed: tuple[RunningServer, Path]) -> None:
