@@ -245,11 +245,34 @@ def test_a_request_without_traceparent_starts_a_trace_and_a_5xx_is_an_error(
         await send({"type": "http.response.start", "status": 503, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    _call(TracingMiddleware(failing, tracer), "/health", [])
+    _call(TracingMiddleware(failing, tracer), "/slots/0", [])
     (span,) = exporter.get_finished_spans()
-    assert span.parent is None and span.name == "POST /health"
+    assert span.parent is None and span.attributes["url.path"] == "/slots/0"
+    assert span.name == "POST"  # no route matched: HTTP's conventions keep the path out of the name
     assert span.status.is_ok is False and span.attributes["error.type"] == "503"
     assert "gen_ai.operation.name" not in span.attributes  # not a generating route
+
+
+def test_health_checks_and_scrapes_are_not_traced(spans: tuple[Tracer, InMemorySpanExporter]) -> None:
+    tracer, exporter = spans
+
+    async def ok(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    app = TracingMiddleware(ok, tracer)
+    for path in ("/health", "/v1/health", "/metrics"):
+        sent: list[Message] = []
+
+        async def receive() -> Message:
+            return {"type": "http.request", "body": b""}
+
+        async def send(message: Message, into: list[Message] = sent) -> None:
+            into.append(message)
+
+        asyncio.run(app({"type": "http", "method": "GET", "path": path, "headers": []}, receive, send))
+        assert sent[0]["status"] == 200
+    assert exporter.get_finished_spans() == ()
 
 
 def test_the_edge_forwards_its_own_span_as_the_parent(spans: tuple[Tracer, InMemorySpanExporter]) -> None:
