@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from llamaserve.api import server
+from llamaserve.buildtag import build_tag
 from llamaserve.chat.builtin_template import BuiltinTemplate
 from llamaserve.chat.prompt_template import PromptTemplate
 from llamaserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError
@@ -61,7 +62,9 @@ log = logging.getLogger("llamaserve")
 # micro-batch (masked), so packing too many inputs wastes attention work: 16
 # measured ~1.0-1.1x the C++ server on MiniLM where 64 gave ~0.85x.
 EMBED_SEQUENCES = 16
-BUILD_INFO = f"llamaserve-0.1.0 (llama-cpp-python {LLAMA_CPP_VERSION})"
+# llama-server's `b<build>-<commit>` of the llama.cpp we run: /props' build_info, system_fingerprint.
+BUILD_INFO = build_tag(LLAMA_CPP_VERSION)
+VERSION = f"llamaserve-0.1.0 (llama-cpp-python {LLAMA_CPP_VERSION}, llama.cpp {BUILD_INFO})"
 
 
 def _template_source(config: ServerConfig, model: Model) -> str:
@@ -396,7 +399,7 @@ def _announce_preserve(config: ServerConfig, template: PromptTemplate) -> None:
 def version_text() -> str:
     """`llama-server --version`: ours and what llama.cpp says of its build."""
     info = build_info()
-    return f"version: {BUILD_INFO}\nllama.cpp: {info.llama_version}\nsystem: {info.system_info}\n"
+    return f"version: {VERSION}\nllama.cpp: {info.llama_version}\nsystem: {info.system_info}\n"
 
 
 def devices_text() -> str:

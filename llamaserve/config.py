@@ -385,8 +385,9 @@ class ServerConfig:
         # With -hf/--model-url the file may not exist yet: hub.resolve_model fetches it after this check.
         if self.upstreams:
             for url in self.upstreams:
-                if not re.fullmatch(r"https?://[^/\s]+", url):
-                    raise ConfigError(f"--upstreams: not a base URL (http://host:port): {url!r}")
+                # A path is the member's --api-prefix: every forwarded path goes under it.
+                if not re.fullmatch(r"https?://[^/\s]+(/[^\s?#]*[^/\s?#])?", url):
+                    raise ConfigError(f"--upstreams: not a base URL (http://host:port[/prefix]): {url!r}")
             if self.model or self.hf_repo or self.model_url or self.docker_repo or self.router:
                 raise ConfigError("--upstreams forwards to other servers: it loads no model (no -m/-hf, no router)")
         elif self.router:
@@ -396,9 +397,8 @@ class ServerConfig:
                 raise ConfigError(f"--models-preset: file not found: {self.models_preset}")
             if self.models_max < 0 or self.models_memory_max < 0:
                 raise ConfigError("--models-max and --models-memory-max must be >= 0")
-            if self.api_prefix or self.gcp_predict_route:
-                what = "--api-prefix" if self.api_prefix else "AIP_MODE=PREDICTION"
-                raise ConfigError(f"{what} is not supported in router mode (no model given)")
+            if self.gcp_predict_route:
+                raise ConfigError("AIP_MODE=PREDICTION is not supported in router mode (no model given)")
         elif not (self.hf_repo or self.model_url or self.docker_repo) and not os.path.isfile(self.model):
             raise ConfigError(f"model file not found: {self.model}")
         if self.n_parallel == 0 or self.n_parallel < -1:

@@ -24,7 +24,7 @@ import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from llamaserve.api.http import read_body
+from llamaserve.api.body import read_body
 from llamaserve.api.routes_tools import disabled
 from llamaserve.errors import APIError
 from llamaserve.outbound import PROXY, AddressRefused, pinned_request_args, resolve_allowed

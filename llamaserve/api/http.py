@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
+# Re-exported: the route modules take everything they share from here.
+from llamaserve.api.body import DEFAULT_BODY_LIMIT as DEFAULT_BODY_LIMIT
+from llamaserve.api.body import MAX_JSON_DEPTH as MAX_JSON_DEPTH
+from llamaserve.api.body import JSONUTF8Response as JSONUTF8Response
+from llamaserve.api.body import parse_json as parse_json
+from llamaserve.api.body import read_body as read_body
 from llamaserve.api.keepalive import PING, arrives_within, next_of, request_ping_seconds
 from llamaserve.api.sse import until_disconnect
 from llamaserve.api.stream_tee import resumable
 from llamaserve.errors import APIError, validation_message
-from llamaserve.jsondepth import nests_deeper
 from llamaserve.serving.generate import Tagged, produced_tokens, token_counts
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
@@ -32,58 +36,12 @@ log = logging.getLogger("llamaserve.http")
 
 M = TypeVar("M", bound=BaseModel)
 
-DEFAULT_BODY_LIMIT = 32 * 1024 * 1024
-# Deepest nesting of arrays and objects a body may have. Real requests stay far below it
-# (a tool schema or a nested content part is a few levels); without a bound, a body nested
-# thousands of levels deep exhausts Python's recursion in parsing, validation or templating.
-MAX_JSON_DEPTH = 128
-
-
-class JSONUTF8Response(JSONResponse):
-    media_type = "application/json; charset=utf-8"
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
 
 def runtime_of(state: ServerState) -> ModelRuntime:
     """The loaded runtime, or 503 while the model loads (or reloads after sleeping)."""
     if state.runtime is None:
         raise APIError("Loading model", "unavailable_error")
     return state.runtime
-
-
-async def read_body(request: Request) -> bytes:
-    """The raw body, within --body-limit (413 past it, before reading it all when declared)."""
-    limit = getattr(request.app.state, "body_limit", DEFAULT_BODY_LIMIT)
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise APIError(f"request body too large (limit is {limit} bytes)", "request_too_large", status=413)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise APIError(f"request body too large (limit is {limit} bytes)", "request_too_large", status=413)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def parse_json(raw: bytes) -> Any:
-    """A request body as JSON; not JSON, not UTF-8 or nested too deep is a 400 that says which."""
-    too_deep = APIError(f"the request body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        data = json.loads(raw)
-    except UnicodeDecodeError:
-        raise APIError("the request body is not valid UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise APIError(f"the request body is not valid JSON: {exc.msg} at position {exc.pos}") from None
-    except RecursionError:
-        raise too_deep from None
-    # Fewer brackets than the limit cannot nest past it: the walk is skipped for almost every body.
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and nests_deeper(data, MAX_JSON_DEPTH):
-        raise too_deep
-    return data
 
 
 async def read_json(request: Request, model: type[M]) -> M:

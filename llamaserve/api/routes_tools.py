@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from llamaserve.api.http import JSONUTF8Response, parse_json, read_body
+from llamaserve.api.body import JSONUTF8Response, parse_json, read_body
 from llamaserve.api.sse import sse_response
 from llamaserve.config import ServerConfig
 from llamaserve.errors import APIError

@@ -27,6 +27,7 @@ from llamaserve.api.event_loop import run_on_fast_loop
 from llamaserve.api.listen import BindError, Listener, close_listeners, open_listeners
 from llamaserve.api.logs import setup_logging
 from llamaserve.api.shutdown import ASGIApp
+from llamaserve.api.timeouts import read_timeout_protocol
 from llamaserve.config import ConfigError, ServerConfig
 from llamaserve.telemetry.tracing import start_tracing
 
@@ -82,7 +83,9 @@ class Site:
 
     # uvicorn cancels requests still open this long after the stop (the API drains its own first).
     graceful_s: int = DEFAULT_GRACEFUL_S
-    http: type[asyncio.Protocol] | str = "auto"  # uvicorn's HTTP protocol: a name, or a class (api/timeouts.py)
+    # uvicorn's HTTP protocol: a name, or a class; "auto": api/timeouts.py's, which bounds the
+    # headers' arrival by --timeout and spells the CORS headers as llama-server does, for every process.
+    http: type[asyncio.Protocol] | str = "auto"
 
     def begin(self, stop: StopSwitch) -> None:
         """Before the loop, with the signals already caught: start what runs in threads of its own."""
@@ -160,7 +163,7 @@ def uvicorn_config(config: ServerConfig, app: ASGIApp, site: Site) -> uvicorn.Co
         log_level="warning",
         access_log=False,
         timeout_keep_alive=max(5, min(config.timeout, 600)),
-        http=site.http,
+        http=(read_timeout_protocol(config.timeout) or "auto") if site.http == "auto" else site.http,
         timeout_graceful_shutdown=site.graceful_s,
         ssl_keyfile=config.ssl_key_file,
         ssl_certfile=config.ssl_cert_file,

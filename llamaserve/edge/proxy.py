@@ -128,10 +128,10 @@ class Upstream:
 
         An upstream that cannot be reached is an APIError (503), with `on_done` already run.
         """
-        scheme, host, port = _split(base_url)
+        scheme, host, port, base_path = _split(base_url)
         request = httpcore.Request(
             method.encode(),
-            httpcore.URL(scheme=scheme, host=host, port=port, target=_target(path, query)),
+            httpcore.URL(scheme=scheme, host=host, port=port, target=_target(base_path + path, query)),
             headers=request_headers(headers, f"{host.decode()}:{port}", len(body)),
             content=body,
             extensions={"timeout": self.timeouts},
@@ -175,12 +175,14 @@ class Upstream:
 
 
 @functools.lru_cache(maxsize=256)
-def _split(base_url: str) -> tuple[bytes, bytes, int]:
+def _split(base_url: str) -> tuple[bytes, bytes, int, str]:
+    """Scheme, host, port and the path every forwarded path goes under (a server's --api-prefix)."""
     parts = urllib.parse.urlsplit(base_url)
     return (
         parts.scheme.encode(),
         (parts.hostname or "").encode(),
         parts.port or (443 if parts.scheme == "https" else 80),
+        parts.path.rstrip("/"),
     )
 
 

@@ -2,7 +2,8 @@
 
 The router answers `/health`, `/props` (without `?model=`), `/models` and `/v1/models`,
 `/models/load`, `/models/unload`, `/models/sse`, `/metrics` (without `?model=`: every loaded
-model's, labelled), the resumable-stream routes and the web UI's files; everything else is
+model's, labelled), the resumable-stream routes, the agent tools (`/tools`, the MCP proxy
+`/cors-proxy`: the single server's routes, api/edge_tools.py) and the web UI's files; everything else is
 forwarded by the model the request names. API keys are checked here once, the children
 have none. The handlers live in the route modules, one per concern: routes_models.py,
 routes_streams.py, routes_ops.py, routes_forward.py (the forwarding, and the catch-all).
@@ -19,6 +20,7 @@ from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
+from llamaserve.api.edge_tools import EdgeTools
 from llamaserve.config import ServerConfig
 from llamaserve.edge.app import edge_app
 from llamaserve.edge.proxy import Upstream
@@ -48,8 +50,9 @@ ROUTES: list[tuple[str, list[str], Callable[..., Awaitable[Response]]]] = [
     ("/models", ["POST", "DELETE"], routes_models.manage),
     ("/models/sse", ["GET"], routes_models.models_sse),
     ("/metrics", ["GET"], routes_ops.metrics),
-    ("/{path:path}", _ALL_METHODS, routes_forward.any_route),
 ]
+# After the agent tools' routes, which the router serves itself: everything else is forwarded.
+CATCH_ALL = ("/{path:path}", _ALL_METHODS, routes_forward.any_route)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -72,7 +75,9 @@ def create_router_app(
     registry: Registry,
     upstream: Upstream,
     reload_catalog: Callable[[], dict[str, ModelSpec]],
+    tools: EdgeTools,
 ) -> FastAPI:
+    """`tools`: `/tools` and `/cors-proxy`, answered here (403 when off, as llama-server's router)."""
     app = edge_app("llamaserve router", config)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
@@ -80,4 +85,8 @@ def create_router_app(
     app.state.router = RouterContext(config, registry, upstream, reload_catalog, static_root)
     for path, methods, handler in ROUTES:
         app.add_api_route(path, handler, methods=methods)
+    for tool_routes in tools.routes(only_enabled=False):
+        app.include_router(tool_routes)
+    path, methods, handler = CATCH_ALL
+    app.add_api_route(path, handler, methods=methods)
     return app

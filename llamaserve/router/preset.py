@@ -41,6 +41,14 @@ ROUTER_ONLY_DESTS = frozenset(
         "models_memory_max",
         "log_file",
         "api_prefix",
+        # The agent tools and the MCP proxy are the router's own (it answers /tools itself).
+        "tools",
+        "agent",
+        "ui_mcp_proxy",
+        "tools_runtime",
+        "tools_runtime_header",
+        "mcp_servers_config",
+        "mcp_servers_json",
     }
 )
 MODEL_DESTS = frozenset({"model", "hf_repo", "hf_file", "model_url", "docker_repo", "alias", "tags"})

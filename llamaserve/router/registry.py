@@ -273,6 +273,16 @@ class Registry:
                 self._tick()
                 self._changed()
 
+    async def exited(self, inst: Instance, child: Child, timeout: float = 5.0) -> bool:
+        """Whether `child` has exited, waiting up to `timeout` s for the registry to see it go (then
+        `inst` is unloaded and the next request loads it again). False when it still runs."""
+        deadline = time.monotonic() + timeout
+        while inst.child is child:
+            if time.monotonic() > deadline or (child.alive and time.monotonic() > deadline - timeout + 1.0):
+                return False  # still running a second later: it refused for another reason
+            await self._wait_change(0.05)
+        return True
+
     def _load_error(self, inst: Instance) -> APIError:
         if inst.failed:
             tail = " | ".join(inst.log_tail[-3:])

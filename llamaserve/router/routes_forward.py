@@ -9,20 +9,28 @@ itself ends here (`any_route`), the web UI's files excepted.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import httpcore
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 
 from llamaserve.errors import APIError
+from llamaserve.router.child import Child
 from llamaserve.router.context import RouterContext, context_of
 from llamaserve.router.registry import FAKE_DELAY_S, Instance
 from llamaserve.router.streams import CONV_HEADER
 from llamaserve.webui import headers_for
 
+log = logging.getLogger("llamaserve.router")
+
 _STOPPED_WHILE_LOADING = "request cancelled by a stop while the model was loading"
+# How a dead child's port answers: refused, or a kept-alive connection closed before any answer.
+_UNSENT = (httpcore.ConnectError, httpcore.RemoteProtocolError, httpcore.ReadError, httpcore.WriteError, OSError)
 
 
 def _autoload(request: Request, default: bool) -> bool:
@@ -73,7 +81,41 @@ async def forward(
     gone: Callable[[], Awaitable[bool]],
     conv: tuple[str, int] | None = None,
 ) -> Response:
-    """The request relayed to `inst`'s child once it runs; the lease ends with the relayed answer."""
+    """The request relayed to `inst`'s child once it runs; the lease ends with the relayed answer.
+
+    A child that died since the router last looked (killed, crashed) refuses the connection
+    before anything is sent: once the registry has seen it exit, the request loads the model
+    again and is sent to the new process, so a client never meets the dead one.
+    """
+    registry = ctx.registry
+    for attempt in (1, 2):
+        child = await _lease(ctx, inst, touch=touch, gone=gone, conv=conv)
+        try:
+            return await ctx.upstream.forward(
+                child.base_url,
+                request.method,
+                request.url.path,
+                request.url.query,
+                request.headers.items(),
+                body,
+                on_done=functools.partial(registry.release, inst, child),
+            )
+        except APIError as exc:  # the lease is released already
+            if attempt == 2 or not isinstance(exc.__cause__, _UNSENT) or not await registry.exited(inst, child):
+                raise
+            log.warning("model %s: its process had exited; starting it again for this request", inst.name)
+    raise AssertionError("unreachable")
+
+
+async def _lease(
+    ctx: RouterContext,
+    inst: Instance,
+    *,
+    touch: bool,
+    gone: Callable[[], Awaitable[bool]],
+    conv: tuple[str, int] | None,
+) -> Child:
+    """Wait for `inst` to run and take a lease on its process."""
     registry = ctx.registry
     await registry.acquire(inst, gone, touch=touch)
     leased = inst.child  # the lease belongs to this process, not to a later one of the model
@@ -88,15 +130,7 @@ async def forward(
     except BaseException:
         registry.release(inst, leased)
         raise
-    return await ctx.upstream.forward(
-        child.base_url,
-        request.method,
-        request.url.path,
-        request.url.query,
-        request.headers.items(),
-        body,
-        on_done=lambda: registry.release(inst, child),
-    )
+    return child
 
 
 async def routed(request: Request, *, touch: bool) -> Response:

@@ -3,13 +3,13 @@ two forwarded to a model instead when `?model=` names one)."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llamaserve.buildtag import build_tag
 from llamaserve.edge.metrics import merge_metrics
 from llamaserve.errors import APIError
 from llamaserve.router.context import RouterContext, context_of
@@ -17,15 +17,6 @@ from llamaserve.router.registry import LOADED, SLEEPING
 from llamaserve.router.routes_forward import routed
 
 _METRICS_TIMEOUT_S = 5.0  # a child slow to answer /metrics is left out of this scrape
-
-
-def _build_info() -> str:
-    """The children's build_info (compose.BUILD_INFO), read without loading llama.cpp."""
-    try:
-        bindings = importlib.metadata.version("llama-cpp-python")
-    except importlib.metadata.PackageNotFoundError:
-        bindings = "unknown"
-    return f"llamaserve-0.1.0 (llama-cpp-python {bindings})"
 
 
 async def health() -> Response:
@@ -45,8 +36,8 @@ async def props(request: Request) -> Response:
             "model_path": "none",
             "default_generation_settings": {"params": {}, "n_ctx": 0},
             "ui_settings": json.loads(config.webui_config) if config.webui_config else {},
-            "build_info": _build_info(),
-            "cors_proxy_enabled": False,
+            "build_info": build_tag(),  # the children's (compose.BUILD_INFO), without loading llama.cpp
+            "cors_proxy_enabled": config.ui_mcp_proxy,
         }
     )
 

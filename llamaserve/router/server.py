@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from llamaserve.api.edge_tools import EdgeTools
 from llamaserve.api.run import (
     ASGIApp,
     Site,
@@ -36,9 +37,12 @@ def serve(config: ServerConfig, argv: Sequence[str], environ: Mapping[str, str])
     setup_forwarder_logging(config)
     try:
         specs = load_catalog(config, environ)
+        tools = EdgeTools.from_config(config)
     except (ConfigError, OSError) as exc:
         log.error("router: %s", exc)
         return 1
+    if tools.enabled:
+        log.warning("security: agent tools enabled - do not expose to untrusted environments")
     starting = sum(1 for s in specs.values() if s.load_on_startup)
     if config.models_max > 0 and starting > config.models_max:
         log.error("number of models to load on startup (%d) exceeds --models-max (%d)", starting, config.models_max)
@@ -49,7 +53,7 @@ def serve(config: ServerConfig, argv: Sequence[str], environ: Mapping[str, str])
     listeners = bind(config, log)
     if listeners is None:
         return 1
-    run_server(config, listeners, _RouterSite(config, argv, environ, specs, [lst.address for lst in listeners]))
+    run_server(config, listeners, _RouterSite(config, argv, environ, specs, tools, [lst.address for lst in listeners]))
     return 0
 
 
@@ -63,12 +67,14 @@ class _RouterSite(Site):
         argv: Sequence[str],
         environ: Mapping[str, str],
         specs: dict[str, ModelSpec],
+        tools: EdgeTools,
         addresses: list[str],
     ) -> None:
         self.config = config
         self.argv = argv
         self.environ = environ
         self.specs = specs
+        self.tools = tools
         self.addresses = addresses
         self.upstream: Upstream | None = None
         self.registry: Registry | None = None
@@ -81,7 +87,8 @@ class _RouterSite(Site):
         config = self.config
         self.upstream = Upstream(float(config.timeout))
         self.registry = Registry(config, from_argv(self.argv), self.specs, self.environ, self.upstream.client)
-        app = create_router_app(config, self.registry, self.upstream, self._reload)
+        app = create_router_app(config, self.registry, self.upstream, self._reload, self.tools)
+        await self.tools.start(stop)
         self.registry.start_watch()
         for address in self.addresses:
             log.info("router listening on %s", address)
@@ -89,6 +96,7 @@ class _RouterSite(Site):
         return app
 
     async def close(self) -> None:
+        await self.tools.close()
         if self.registry is not None:
             await self.registry.shutdown()
         if self.upstream is not None:

@@ -1,8 +1,10 @@
 """The HTTP side of a front for several servers: each request forwarded to the member the balancer picks.
 
 Every route is forwarded (all API families, streams unchanged, through the router's proxy)
-except the front's own `/health` (200 while a member is healthy) and `/metrics` (every
-member's, with an `upstream` label). The answer names its member in `x-llamaserve-upstream`.
+except the front's own `/health` (200 while a member is healthy), `/metrics` (every
+member's, with an `upstream` label) and, when the front's own flags turn them on, the agent
+tools and the MCP proxy (api/edge_tools.py). The edge (edge/app.py) checks keys, the site
+guard, CORS and `--api-prefix` before any of it. The answer names its member in `x-llamaserve-upstream`.
 A member that refuses the connection is marked down and the request goes to another one
 (nothing was sent yet); one that breaks mid-answer fails only that answer, with an error
 event in the API family's shape (the proxy's). Responses stay on the member that stored
@@ -25,6 +27,7 @@ import httpx
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from llamaserve.api.edge_tools import EdgeTools
 from llamaserve.config import ServerConfig
 from llamaserve.edge.app import edge_app
 from llamaserve.edge.metrics import merge_metrics
@@ -212,11 +215,15 @@ async def _forwarded(request: Request) -> Response:
     return await _send(front, request, body, choose)
 
 
-def create_front_app(config: ServerConfig, balancer: Balancer, upstream: Upstream) -> FastAPI:
+def create_front_app(config: ServerConfig, balancer: Balancer, upstream: Upstream, tools: EdgeTools) -> FastAPI:
+    """`tools`: what the front's own --tools/MCP servers/--ui-mcp-proxy turn on is answered here;
+    what they leave off goes to the members, who answer for their own."""
     app = edge_app("llamaserve front", config)
     app.state.front = _Front(balancer, upstream)
     app.add_api_route("/health", _health, methods=["GET"])
     app.add_api_route("/v1/health", _health, methods=["GET"])
     app.add_api_route("/metrics", _metrics, methods=["GET"])
+    for tool_routes in tools.routes(only_enabled=True):
+        app.include_router(tool_routes)
     app.add_api_route("/{path:path}", _forwarded, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     return app

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 
+from llamaserve.api.edge_tools import EdgeTools
 from llamaserve.api.run import (
     ASGIApp,
     Site,
@@ -16,7 +17,7 @@ from llamaserve.api.run import (
     setup_forwarder_logging,
     start_request_tracing,
 )
-from llamaserve.config import ServerConfig
+from llamaserve.config import ConfigError, ServerConfig
 from llamaserve.edge.proxy import Upstream
 from llamaserve.scale.balancer import Balancer
 from llamaserve.scale.front import create_front_app
@@ -29,10 +30,17 @@ def serve(config: ServerConfig) -> int:
     setup_forwarder_logging(config)
     if not start_request_tracing(config, "llamaserve-front", log):
         return 1
+    try:
+        tools = EdgeTools.from_config(config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 1
+    if tools.enabled:
+        log.warning("security: agent tools enabled - do not expose to untrusted environments")
     listeners = bind(config, log)
     if listeners is None:
         return 1
-    run_server(config, listeners, _FrontSite(config, [lst.address for lst in listeners]))
+    run_server(config, listeners, _FrontSite(config, tools, [lst.address for lst in listeners]))
     return 0
 
 
@@ -40,8 +48,9 @@ class _FrontSite(Site):
     """The front in the shared start-up: every member asked once before the first request (so
     the log says which answer), then watched every second while the app serves."""
 
-    def __init__(self, config: ServerConfig, addresses: list[str]) -> None:
+    def __init__(self, config: ServerConfig, tools: EdgeTools, addresses: list[str]) -> None:
         self.config = config
+        self.tools = tools
         self.addresses = addresses
         self.upstream: Upstream | None = None
         self.watcher: asyncio.Task[None] | None = None
@@ -52,13 +61,15 @@ class _FrontSite(Site):
         await check_once(balancer, upstream.client)
         for url, member in balancer.members.items():
             log.info("upstream %s: %s", url, "healthy" if member.healthy else "not answering /health yet")
-        app = create_front_app(self.config, balancer, upstream)
+        app = create_front_app(self.config, balancer, upstream, self.tools)
+        await self.tools.start(stop)
         self.watcher = asyncio.create_task(watch(balancer, upstream.client))
         for address in self.addresses:
             log.info("server listening on %s (front for %d upstreams)", address, len(balancer.members))
         return app
 
     async def close(self) -> None:
+        await self.tools.close()
         if self.watcher is not None:
             self.watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -7,6 +7,7 @@ import socket
 
 import httpx
 
+from llamaserve.api.edge_tools import EdgeTools
 from llamaserve.config import ServerConfig
 from llamaserve.edge.proxy import Upstream
 from llamaserve.scale.balancer import Balancer
@@ -36,7 +37,7 @@ def test_a_refused_connection_fails_over_to_a_healthy_server() -> None:
         dead = f"http://127.0.0.1:{closed_port()}"
         balancer = Balancer([dead, alive])  # both healthy until a probe or a request says otherwise
         upstream = Upstream(30.0)
-        app = create_front_app(ServerConfig(), balancer, upstream)
+        app = create_front_app(ServerConfig(), balancer, upstream, EdgeTools(None, False))
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://front") as client:
             # The first request goes to the first idle server: the dead one.
             answer = await client.post("/v1/chat/completions", json={"messages": []})

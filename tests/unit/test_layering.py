@@ -39,6 +39,8 @@ ALLOWED: dict[str, set[str]] = {
     "jsondepth": set(),
     # outbound decides which addresses a client-named URL may reach (media, the MCP proxy): a leaf.
     "outbound": set(),
+    # llama-server's build_info of our llama.cpp, a table by bindings release: the router reads it.
+    "buildtag": set(),
     # grammar/ (JSON Schema → GBNF, patterns) is the ground floor of constrained decoding.
     "grammar": set(),
     "chat": {"jsondepth", "grammar"},
@@ -87,14 +89,25 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale", "quota.policy"},
     # What the processes at the edge share (edge/: the proxy, the app shell, the /metrics merge):
     # plain HTTP forwarding, with the API's key/CORS/site middleware in the shell; never the engine.
-    "edge": {"config", "errors", "sse", "api.middleware", "api.cors", "api.site_guard", "api.quota", "telemetry"},
+    "edge": {
+        "config",
+        "errors",
+        "sse",
+        "api.middleware",
+        "api.cors",
+        "api.site_guard",
+        "api.quota",
+        "telemetry",
+        "api.prefix",
+    },
     # OpenTelemetry traces (the optional extra): settings from the config, spans from the engine's
     # finished events; the processes reach it through api/ (start-up, app shell) and edge/.
     "telemetry": {"config", "engine.types"},
     # Router mode speaks HTTP to child processes of our own server and never imports the engine:
     # it reads the flag table (presets), the hub's cache listing, the web UI's files, forwards
     # through edge/, and of api/ takes only the start-up every process shares (api.run:
-    # listeners, uvicorn, signals, logging) and the child's marker (api.parent_watch).
+    # listeners, uvicorn, signals, logging), the child's marker (api.parent_watch) and the agent
+    # tools it serves itself (api.edge_tools: the single server's /tools and /cors-proxy routes).
     "router": {
         "config",
         "hub",
@@ -106,10 +119,12 @@ ALLOWED: dict[str, set[str]] = {
         "cli.opt",
         "api.run",
         "api.parent_watch",
+        "api.edge_tools",
+        "buildtag",
     },
-    # A front for several servers: forwarding through edge/ (streams unchanged) and the shared
-    # start-up; never the engine, the router, or the rest of api/.
-    "scale": {"config", "errors", "edge", "api.run"},
+    # A front for several servers: forwarding through edge/ (streams unchanged), the shared
+    # start-up and the agent tools its own flags turn on; never the engine, the router, or the rest of api/.
+    "scale": {"config", "errors", "edge", "api.run", "api.edge_tools"},
     # Ray Serve: replicas run our server as a child process, the ingress chooses through scale/.
     "ray": {"config", "errors", "sse", "scale", "edge", "cli"},
     # `llama <command>`: serve goes through cli, download through hub, version asks llama/ of its build.
