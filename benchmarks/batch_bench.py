@@ -4,8 +4,9 @@ One llamaserve on SmolLM2 (the embedded model unless --model), then three phases
 
 1. interactive alone: `--clients` clients loop over streamed chat requests for `--seconds`;
    TTFT (to the first content token) per request, and their output tokens per second;
-2. capacity: `--clients` + the batch's concurrency plain clients, sending the batch's own line
-   shape back to back for `--seconds`: the output tokens per second the server can give this mix;
+2. capacity: the same interactive clients beside `--capacity-clients` plain clients (ordinary
+   priority) sending the batch's own line shape back to back for `--seconds`: the output tokens
+   per second the server gives this mix, both kinds together;
 3. the batch of `--lines` lines (each `--max-tokens` tokens, ignore_eos) submitted through the
    Batch API while the interactive clients run again, until the batch completes.
 
@@ -37,9 +38,10 @@ from serve_bench import ServerProcess, free_port, wait_healthy
 TOPICS = ["the sea", "a robot", "winter", "a library", "the moon", "bread", "a river", "trains"]
 
 
-def interactive_body(i: int, max_tokens: int) -> dict[str, Any]:
+def interactive_body(i: int, max_tokens: int, phase: str) -> dict[str, Any]:
     topic = TOPICS[i % len(TOPICS)]
-    text = f"Request {i}. Write a few sentences about {topic}, as a short note to a friend who likes {topic}."
+    # The phase's name first: no phase reuses another's cached prompts.
+    text = f"{phase} request {i}. Write a few sentences about {topic}, as a short note to a friend who likes {topic}."
     return {
         "messages": [{"role": "user", "content": text}],
         "max_tokens": max_tokens,
@@ -48,9 +50,9 @@ def interactive_body(i: int, max_tokens: int) -> dict[str, Any]:
     }
 
 
-def line_body(i: int, max_tokens: int) -> dict[str, Any]:
+def line_body(i: int, max_tokens: int, phase: str) -> dict[str, Any]:
     topic = TOPICS[(i * 3) % len(TOPICS)]
-    text = f"Item {i}: summarise what people usually know about {topic} in one paragraph."
+    text = f"{phase} item {i}: summarise what people usually know about {topic} in one paragraph."
     return {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "ignore_eos": True}
 
 
@@ -78,14 +80,14 @@ async def one_stream(client: httpx.AsyncClient, url: str, body: dict[str, Any], 
         out.ttft.append(first)
 
 
-async def interactive_load(url: str, clients: int, until: asyncio.Event, max_tokens: int) -> Interactive:
+async def interactive_load(url: str, clients: int, until: asyncio.Event, max_tokens: int, phase: str) -> Interactive:
     out = Interactive()
     async with httpx.AsyncClient() as client:
 
         async def loop(c: int) -> None:
             i = c
             while not until.is_set():
-                body = {**interactive_body(i, max_tokens), "stream_options": {"include_usage": True}}
+                body = {**interactive_body(i, max_tokens, phase), "stream_options": {"include_usage": True}}
                 await one_stream(client, url, body, out)
                 i += clients
 
@@ -103,7 +105,9 @@ async def capacity(url: str, clients: int, seconds: float, max_tokens: int) -> f
             nonlocal tokens
             i = c
             while time.perf_counter() < deadline:
-                r = await client.post(f"{url}/v1/chat/completions", json=line_body(i, max_tokens), timeout=120)
+                r = await client.post(
+                    f"{url}/v1/chat/completions", json=line_body(i, max_tokens, "Capacity"), timeout=120
+                )
                 tokens += r.json()["usage"]["completion_tokens"]
                 i += clients
 
@@ -112,10 +116,12 @@ async def capacity(url: str, clients: int, seconds: float, max_tokens: int) -> f
     return tokens / (time.perf_counter() - start)
 
 
-async def timed_interactive(url: str, clients: int, seconds: float, max_tokens: int) -> tuple[Interactive, float]:
+async def timed_interactive(
+    url: str, clients: int, seconds: float, max_tokens: int, phase: str
+) -> tuple[Interactive, float]:
     stop = asyncio.Event()
     start = time.perf_counter()
-    task = asyncio.create_task(interactive_load(url, clients, stop, max_tokens))
+    task = asyncio.create_task(interactive_load(url, clients, stop, max_tokens, phase))
     await asyncio.sleep(seconds)
     stop.set()
     out = await task
@@ -129,7 +135,7 @@ async def with_batch(url: str, args: argparse.Namespace) -> tuple[Interactive, f
                 "custom_id": f"b{i}",
                 "method": "POST",
                 "url": "/v1/chat/completions",
-                "body": line_body(i, args.max_tokens),
+                "body": line_body(i, args.max_tokens, "Batch"),
             }
         )
         for i in range(args.lines)
@@ -138,7 +144,7 @@ async def with_batch(url: str, args: argparse.Namespace) -> tuple[Interactive, f
         files = {"file": ("bench.jsonl", ("\n".join(rows) + "\n").encode())}
         upload = (await client.post(f"{url}/v1/files", files=files, data={"purpose": "batch"})).json()
         stop = asyncio.Event()
-        load = asyncio.create_task(interactive_load(url, args.clients, stop, args.interactive_tokens))
+        load = asyncio.create_task(interactive_load(url, args.clients, stop, args.interactive_tokens, "Beside"))
         await asyncio.sleep(2.0)  # the interactive clients are running before the batch starts
         batch = (
             await client.post(
@@ -174,9 +180,14 @@ async def main_async(args: argparse.Namespace) -> None:
     try:
         async with httpx.AsyncClient() as client:
             await wait_healthy(client, url, 180, server.alive)
-        await timed_interactive(url, args.clients, 3, args.interactive_tokens)  # warm-up
-        alone, alone_s = await timed_interactive(url, args.clients, args.seconds, args.interactive_tokens)
-        cap = await capacity(url, args.clients + args.concurrency_for_capacity, args.seconds, args.max_tokens)
+        await timed_interactive(url, args.clients, 3, args.interactive_tokens, "Warm-up")
+        alone, alone_s = await timed_interactive(url, args.clients, args.seconds, args.interactive_tokens, "Alone")
+        # Capacity of this mix: the interactive clients streaming as in phase 3, beside plain
+        # clients at the interactive priority sending the batch's line shape back to back.
+        mixed = asyncio.create_task(timed_interactive(url, args.clients, args.seconds, args.interactive_tokens, "Mix"))
+        plain_tps = await capacity(url, args.capacity_clients, args.seconds, args.max_tokens)
+        mix, mix_s = await mixed
+        cap = plain_tps + mix.tokens / mix_s
         during, batch_s, batch_tps, obj = await with_batch(url, args)
     finally:
         server.stop(20)
@@ -187,7 +198,10 @@ async def main_async(args: argparse.Namespace) -> None:
     print(
         f"interactive alone:   {len(alone.ttft)} requests, TTFT p50 {p50_alone * 1000:.0f} ms, {alone.tokens / alone_s:.1f} tok/s"
     )
-    print(f"capacity:            {cap:.1f} output tok/s ({args.clients + args.concurrency_for_capacity} clients)")
+    print(
+        f"capacity:            {cap:.1f} output tok/s ({args.clients} interactive clients at "
+        f"{mix.tokens / mix_s:.1f} tok/s beside {args.capacity_clients} plain clients at {plain_tps:.1f})"
+    )
     print(
         f"with the batch:      {len(during.ttft)} requests, TTFT p50 {p50_during * 1000:.0f} ms "
         f"({p50_during / p50_alone:.2f}x), {inter_tps:.1f} tok/s"
@@ -212,7 +226,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-concurrency", type=int, default=0, help="the server's --batch-concurrency (0: auto)")
     parser.add_argument(
-        "--concurrency-for-capacity", type=int, default=4, help="clients added to --clients in phase 2 (the batch's)"
+        "--capacity-clients", type=int, default=8, help="plain clients beside the interactive ones in phase 2"
     )
     asyncio.run(main_async(parser.parse_args()))
 
