@@ -128,7 +128,8 @@ def _legacy_template(config: ServerConfig, model: Model, marker: str | None) -> 
     `llama_chat_apply_template` picks the format from the template it is handed (a built-in's
     name, or a template's text, recognised by its markers): --chat-template-file's text, else
     --chat-template, else the model's own template, else ChatML. A template llama.cpp has no
-    format for is refused here; llama-server starts and fails every chat request instead."""
+    format for is refused here: llama-server refuses such a --chat-template(-file) at start too,
+    and with the model's own template starts and fails every chat request instead."""
     if config.chat_template_file:
         with open(config.chat_template_file, encoding="utf-8") as fh:
             source = fh.read()
@@ -141,8 +142,8 @@ def _legacy_template(config: ServerConfig, model: Model, marker: str | None) -> 
     except TemplateError:
         raise ConfigError(
             "--no-jinja: none of llama.cpp's built-in chat templates matches this chat template "
-            "(llama-server answers each chat request with 'this custom template is not supported, "
-            "try using --jinja'); drop --no-jinja, or name a built-in with --chat-template"
+            "(only commonly used templates are supported without Jinja); drop --no-jinja, "
+            "or name a built-in with --chat-template"
         ) from None
     return template, source
 
