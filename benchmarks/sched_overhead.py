@@ -84,7 +84,10 @@ class NullRunner:
     def set_lora(self, scales: tuple[float, ...]) -> None:
         pass
 
-    def seq_copy(self, src: int, dst: int) -> None:
+    shares_cells = True
+    sharing_note = ""
+
+    def seq_copy(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         pass
 
     def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None:

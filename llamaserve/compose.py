@@ -202,6 +202,7 @@ def cache_policy(config: ServerConfig, prefill_tile_rows: int = 0) -> CachePolic
         cache_ram_bytes=ram * 1024 * 1024 if ram > 0 else ram,
         cache_idle_slots=idle,
         kv_unified=config.effective_kv_unified,
+        prefix_sharing=config.prefix_sharing,
         prefill_tile_rows=prefill_tile_rows,
     )
 

@@ -258,6 +258,7 @@ class ServerConfig:
     tags: tuple[str, ...] = ()
     kv_unified_per_slot: int = 0  # >0: each slot's context is capped at N; without -c the KV holds n_parallel * N
     cache_idle_slots: bool = True  # idle slots' KV to the host-memory cache when a task starts
+    prefix_sharing: bool = True  # prompt prefixes' KV cells shared across slots (engine/kv/sharing.py)
     # admission (ours): bounds on what waits for a slot (-1: none), and a cap on prompt work per
     # step that keeps generating slots' inter-token latency under max_itl_ms (0: off)
     max_queue: int = -1

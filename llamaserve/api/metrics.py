@@ -146,6 +146,18 @@ class LlamaCollector(Collector):
             self.state.prompt_cache_bytes(),
         )
         yield _metric(
+            "llamaserve:prompt_tokens_shared_total",
+            "Prompt tokens whose KV cells another sequence held or wrote, shared instead of computed.",
+            "counter",
+            s.prompt_tokens_shared_total,
+        )
+        yield _metric(
+            "llamaserve:kv_cells_used",
+            "KV cells the sequences hold (busy and idle), a cell shared by several counted once.",
+            "gauge",
+            s.kv_cells_used,
+        )
+        yield _metric(
             "llamaserve:cache_reuse_tokens_total",
             "Prompt tokens kept by moving KV chunks (--cache-reuse).",
             "counter",

@@ -798,6 +798,16 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
         "and --tools-runtime stands)",
     ),
     row(
+        "--prefix-sharing",
+        "prefix_sharing",
+        "pair",
+        neg="--no-prefix-sharing",
+        env="LLAMA_ARG_PREFIX_SHARING",
+        group=SERVER,
+        help="requests sharing a prompt prefix share its KV cells across slots, and requests arriving "
+        "together compute it once (unified KV, no SWA or recurrent model; default: enabled)",
+    ),
+    row(
         "--max-itl-ms",
         "max_itl_ms",
         type=v.integer,

@@ -235,8 +235,11 @@ class EngineClient:
     @property
     def stats(self) -> SchedulerStats:
         """The /metrics counters. Live: the scheduler thread adds to them, and so do calls
-        run on it (embeddings count their decodes there)."""
-        return self._scheduler.stats
+        run on it (embeddings count their decodes there). The cells in use are counted when
+        asked, from the slots as they are (a snapshot, like /slots), not on every step."""
+        stats = self._scheduler.stats
+        stats.kv_cells_used = self._scheduler.kv.sharing.distinct_cells(self._scheduler.slots)
+        return stats
 
     @stats.setter
     def stats(self, value: SchedulerStats) -> None:
@@ -253,6 +256,11 @@ class EngineClient:
         """The speculative types in use as llama-server names them, "none" when off."""
         spec = self._scheduler.spec
         return spec.type_names if spec is not None else "none"
+
+    @property
+    def prefix_sharing_note(self) -> str:
+        """Why requests sharing a prompt prefix do not share its KV cells; "" when they do."""
+        return self._scheduler.kv.sharing_note
 
     def prompt_cache_bytes(self) -> int:
         """Bytes the host-memory prompt cache holds (0 without --cache-ram)."""

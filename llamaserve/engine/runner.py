@@ -145,7 +145,21 @@ class Runner(Protocol):
 
     def set_lora(self, scales: tuple[float, ...]) -> None: ...
 
-    def seq_copy(self, src: int, dst: int) -> None: ...
+    def seq_copy(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Give dst the cells src holds at positions [p0, p1) (-1: open ends). Within a unified
+        KV this tags the cells with dst and copies nothing: both sequences then hold them."""
+        ...
+
+    @property
+    def shares_cells(self) -> bool:
+        """Whether seq_copy over a range shares cells (a unified KV cache of plain attention
+        layers); False where a copy is physical or whole (split KV, SWA, recurrent state)."""
+        ...
+
+    @property
+    def sharing_note(self) -> str:
+        """Why cells are not shared ("" when they are), for /props and the log."""
+        ...
 
     def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None: ...
 

@@ -22,7 +22,7 @@ from llamaserve.engine.kv.assign import bind_task, choose_slot
 from llamaserve.engine.kv.policy import CachePolicy
 from llamaserve.engine.kv.prepare import SlotKV
 from llamaserve.engine.kv.room import KVRoom
-from llamaserve.engine.kv.slot import Slot, SlotState, Task
+from llamaserve.engine.kv.slot import Lent, Slot, SlotState, Task
 from llamaserve.engine.runner import PlanRow, Runner, Sample
 from llamaserve.engine.slot_reports import finished_event, progress_event
 from llamaserve.engine.speculative import Speculator, apply_verified
@@ -74,6 +74,7 @@ class Scheduler:
         self.show_special = show_special
         self.slot_prompt_similarity = slot_prompt_similarity
         self.kv = SlotKV(runner, cache or CachePolicy(), SchedulerStats())
+        self.kv.sharing.register(self.slots)
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         # Groups of tasks (n choices of one prompt) waiting for slots; admitted by priority.
         self._waiting: list[list[Task]] = []
@@ -157,6 +158,7 @@ class Scheduler:
             return
         self._run_deferred_calls()
         self._admit_waiting()
+        self._finish_joins()
         lora = self._lora_for_step()
         plan, planned = self._build_plan(lora)
         if not plan:
@@ -190,8 +192,10 @@ class Scheduler:
                 continue
             if row.draft:
                 self._take_verified(slot, row, samples, now, outbox)
+                self.kv.sharing.note(slot)
                 continue
             slot.cache_tokens.extend(row.tokens)
+            self.kv.sharing.note(slot)
             slot.prompt_logprobs += scored
             if slot.state is SlotState.PREFILL:
                 self._report_progress(slot, now, outbox)
@@ -199,6 +203,7 @@ class Scheduler:
             if slot.state is SlotState.PREFILL and slot.prompt_remaining == 0:
                 slot.t_prompt_done = now
                 slot.state = SlotState.GENERATING
+                self.kv.sharing.prefilled(slot)
                 n_new = len(slot.prompt) - slot.n_cached
                 self.stats.prompt_tokens_total += n_new
                 self.stats.prompt_seconds_total += now - slot.t_start
@@ -255,7 +260,12 @@ class Scheduler:
         """Give each n > 1 choice a copy of the leader's prompt KV."""
         for f in followers:
             self.runner.seq_remove(f.id, 0, -1)
+            f.cache_tokens = []
+            self.kv.sharing.cut(f, 0)
             self.runner.seq_copy(leader.id, f.id)
+            if self.kv.policy.kv_unified:  # the copy tags the leader's cells: they are peers now
+                self.kv.sharing.link(leader, f, leader.n_past)
+                f.lent = Lent(leader, leader.kv_epoch, leader.n_past)
             f.cache_tokens = list(leader.cache_tokens)
             f.cache_hashes = list(leader.cache_hashes)
             f.cache_lora = leader.cache_lora
@@ -263,6 +273,7 @@ class Scheduler:
             f.t_start = leader.t_start
             f.t_prompt_done = now
             f.state = SlotState.GENERATING
+            self.kv.sharing.note(f)
 
     def _handle(self, msg: Message) -> None:
         if isinstance(msg, Submit):
@@ -371,15 +382,27 @@ class Scheduler:
             return False
         # Before this slot's KV is prepared, so that a state restored from host memory finds room.
         self.kv.park_idle([s for s in self.slots if s is not slot])
-        keep = self.kv.prepare(slot, req)
+        keep, shared = self.kv.prepare(slot, req)
         bind_task(slot, task, SlotState.PREFILL, self.runner.new_sampler(req.sampling))
         slot.n_cached = keep
+        slot.n_shared = shared
         self.stats.prompt_tokens_cached_total += keep
+        self.stats.prompt_tokens_shared_total += shared
+        self.kv.begin_prefill(slot)  # or wait for a prefill in progress that writes its prefix
         self.stats.queue_seconds_total += slot.t_start - task.t_submit if task.t_submit else 0.0
         self.kv.free_idle_cells(self.slots, self.runner.n_ctx_seq)
         self._count_busy()
         self._report_progress(slot, slot.t_start)  # the first report: only the cached part is done
         return True
+
+    def _finish_joins(self) -> None:
+        """Requests waiting for another prefill to write their prefix: those whose leader wrote
+        it (or stopped) share it now and prefill the rest of their prompt from this step on."""
+        for slot in self._busy:
+            if slot.state is not SlotState.JOINING or not self.kv.sharing.join_ready(slot):
+                continue
+            self.kv.finish_join(slot)
+            self._report_progress(slot, time.perf_counter())
 
     def _start_follower(self, slot: Slot, task: Task, leader: Slot) -> None:
         bind_task(slot, task, SlotState.FOLLOWING, self.runner.new_sampler(task.request.sampling))
@@ -460,6 +483,7 @@ class Scheduler:
             self._release(f)
         if slot.sampler is not None:
             slot.sampler.close()
+        self.kv.sharing.prefilled(slot)
         slot.clear_task()
         slot.state = SlotState.IDLE
         slot.last_used = time.perf_counter()
@@ -488,6 +512,7 @@ class Scheduler:
         self.runner.seq_remove(slot.id, 0, -1)
         slot.cache_tokens.clear()
         slot.cache_hashes.clear()
+        self.kv.sharing.cut(slot, 0)
         self._release(slot)
         if task is not None:
             task.sink([Failed(message, kind="server_error", status=500)])

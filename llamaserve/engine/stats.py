@@ -11,6 +11,10 @@ from llamaserve.engine.types import Timings
 class SchedulerStats:
     prompt_tokens_total: int = 0  # prompt tokens decoded (cache hits excluded)
     prompt_tokens_cached_total: int = 0
+    # Of those, the ones whose KV cells another sequence held (or its prefill wrote) and this
+    # request shared instead of computing (engine/kv/sharing.py).
+    prompt_tokens_shared_total: int = 0
+    kv_cells_used: int = 0  # cells the sequences hold, each shared cell counted once (set when read)
     prompt_seconds_total: float = 0.0
     tokens_predicted_total: int = 0
     tokens_predicted_seconds_total: float = 0.0

@@ -62,9 +62,7 @@ def take_token(
     if slot.stream.indent_stopped or (req.n_predict >= 0 and len(slot.generated) >= req.n_predict):
         stop_type = "limit"
     elif slot.n_past + 1 >= slot.n_ctx:
-        if kv.shifts_context:
-            kv.shift(slot)
-        else:
+        if not kv.shifts_context or not kv.shift(slot):
             stop_type = "limit"  # the slot's context is full
     elif slot.stream.saw_newline and 0 < req.t_max_predict_ms < (now - slot.t_prompt_done) * 1000.0:
         stop_type = "limit"

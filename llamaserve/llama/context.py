@@ -100,6 +100,23 @@ class ContextSettings:
     perf: bool = False
 
 
+def prefix_sharing_note(model: object, kv_unified: bool) -> str:
+    """Why sequences of this context cannot share KV cells by seq_cp ("" when they can).
+
+    Within one unified KV stream llama_memory_seq_cp over a position range only tags cells.
+    Split KV copies whole streams; a recurrent state is one cell per sequence, not a cell per
+    position; a sliding-window cache drops a cell once the newest token of any sequence
+    holding it has moved past the window, which another sharer may still need.
+    """
+    if not kv_unified:
+        return "the KV cache is split per sequence (--no-kv-unified)"
+    if C.llama_model_is_recurrent(model) or C.llama_model_is_hybrid(model):
+        return "the model keeps a recurrent state"
+    if int(C.llama_model_n_swa(model)) > 0:
+        return "the model uses sliding-window attention"
+    return ""
+
+
 class Context:
     """Owns a llama_context and a batch sized to n_batch."""
 
@@ -144,6 +161,7 @@ class Context:
         self.batch = C.llama_batch_init(self.n_batch, 0, 1)
         self.n_embd: int = int(C.llama_model_n_embd_inp(model.handle))
         self._embd_batch: C.llama_batch | None = None  # media embeddings, made on first use
+        self.sharing_note = prefix_sharing_note(model.handle, settings.kv_unified)
         # Each batch row carries exactly one sequence id, written in place.
         for i in range(self.n_batch):
             self.batch.n_seq_id[i] = 1

@@ -185,8 +185,16 @@ class LlamaRunner:
         lp = token_logprob(ctx, index, self.model.n_vocab, token, row.n_probs) if row.n_probs >= 0 else None
         return Sample(token, lp)
 
-    def seq_copy(self, src: int, dst: int) -> None:
-        self.context.seq_copy(src, dst, -1, -1)
+    def seq_copy(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        self.context.seq_copy(src, dst, p0, p1)
+
+    @property
+    def shares_cells(self) -> bool:
+        return not self.context.sharing_note
+
+    @property
+    def sharing_note(self) -> str:
+        return self.context.sharing_note
 
     def set_lora(self, scales: tuple[float, ...]) -> None:
         """Switch adapter scales only when they change: a switch rebuilds llama.cpp's graph."""

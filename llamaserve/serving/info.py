@@ -66,6 +66,10 @@ def props(rt: ModelRuntime) -> dict[str, Any]:
         "build_info": rt.build_info,
         "is_sleeping": False,
         "cors_proxy_enabled": False,
+        # Ours: whether requests sharing a prompt prefix share its KV cells across slots, and
+        # if not, why (a split KV, a sliding-window or recurrent model, the flag).
+        "prefix_sharing": not rt.engine.prefix_sharing_note,
+        "prefix_sharing_note": rt.engine.prefix_sharing_note,
     }
 
 
@@ -144,6 +148,8 @@ def slot_json(rt: ModelRuntime, slot: SlotView) -> dict[str, Any]:
                 "n_prompt_tokens": n_prompt,
                 "n_prompt_tokens_processed": max(0, min(slot.n_past, n_prompt) - slot.n_cached),
                 "n_prompt_tokens_cache": slot.n_cached,
+                # Ours: of those, the tokens whose cells the slot shares with another sequence.
+                "n_prompt_tokens_shared": slot.n_shared,
                 "params": sampling_params_json(cfg, n_predict=n_predict, speculative=spec_types(rt)),
                 # An idle slot has no budget: the finished task's counts are not the slot's
                 # (llama-server resets them when the slot is released).

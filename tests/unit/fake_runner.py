@@ -38,7 +38,21 @@ class FakeSampler:
         self.closed = True
 
 
+@dataclass
+class FakeCell:
+    """One KV cell: a position, the token decoded there, and the sequences holding it."""
+
+    pos: int
+    token: int
+    seqs: set[int]
+
+
 class FakeRunner:
+    """A KV cache of cells as llama.cpp keeps them: with ``unified`` (the default) one pool
+    where seq_copy tags cells and seq_shift moves a cell for every sequence holding it, so a
+    shared cell moved for one sequence shows up as a hole in the others; without it each
+    sequence has cells of its own and seq_copy copies them."""
+
     def __init__(
         self,
         *,
@@ -47,6 +61,8 @@ class FakeRunner:
         n_seq_max: int = 4,
         pieces: dict[int, bytes] | None = None,
         n_ubatch: int | None = None,
+        unified: bool = True,
+        sharing_note: str = "",
     ) -> None:
         self.n_ctx_seq = n_ctx_seq
         self.n_batch = n_batch
@@ -56,8 +72,10 @@ class FakeRunner:
         # scripts[prompt] = the tokens generated after that prompt, in order;
         # past the end of a script (or for an unknown prompt) token 7 repeats
         self.scripts: dict[tuple[int, ...], list[int]] = {}
-        # per sequence, its cells as [position, token], like a KV cache's
-        self.cells: dict[int, list[list[int]]] = {i: [] for i in range(n_seq_max)}
+        self.unified = unified
+        self.sharing_note = sharing_note if unified else "split KV"
+        self.kv: list[FakeCell] = []
+        self.states_set = 0  # set_seq_state calls
         self.plans: list[list[PlanRow]] = []
         self.removed: list[tuple[int, int, int]] = []
         self.copies: list[tuple[int, int]] = []
@@ -68,9 +86,31 @@ class FakeRunner:
         self.lora: tuple[float, ...] = ()
         self.lora_per_step: list[tuple[float, ...]] = []
 
+    @property
+    def shares_cells(self) -> bool:
+        return not self.sharing_note
+
+    @property
+    def cells(self) -> dict[int, list[list[int]]]:
+        """Per sequence, its cells as [position, token] (a copy)."""
+        out: dict[int, list[list[int]]] = {i: [] for i in range(self.n_seq_max)}
+        for cell in self.kv:
+            for seq in cell.seqs:
+                out[seq].append([cell.pos, cell.token])
+        return out
+
+    def put(self, seq_id: int, tokens: list[int]) -> None:
+        """Give an empty sequence cells of its own holding tokens at 0..n-1."""
+        assert not self.cells[seq_id]
+        self.kv += [FakeCell(i, t, {seq_id}) for i, t in enumerate(tokens)]
+
+    @property
+    def n_cells_used(self) -> int:
+        return len(self.kv)
+
     def tokens(self, seq_id: int) -> list[int]:
         """The sequence's tokens in position order; positions must be 0..n-1."""
-        cells = sorted(self.cells[seq_id])
+        cells = sorted([c.pos, c.token] for c in self.kv if seq_id in c.seqs)
         assert [p for p, _ in cells] == list(range(len(cells))), f"seq {seq_id}: holes in {cells}"
         return [t for _, t in cells]
 
@@ -102,7 +142,7 @@ class FakeRunner:
                 continue
             seq = self.tokens(row.seq_id)
             assert row.start_pos == len(seq), f"seq {row.seq_id}: pos {row.start_pos} != kv {len(seq)}"
-            self.cells[row.seq_id] += [[row.start_pos + i, t] for i, t in enumerate(row.tokens)]
+            self.kv += [FakeCell(row.start_pos + i, t, {row.seq_id}) for i, t in enumerate(row.tokens)]
             if row.draft:
                 samples.append(self._verify(row, seq))
                 continue
@@ -111,9 +151,20 @@ class FakeRunner:
             samples.append([self._sample(seq, s, i) for i, s in enumerate(row.samplers)])
         return StepResult(samples, failed_rows=failed)
 
-    def seq_copy(self, src: int, dst: int) -> None:
+    def seq_copy(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         self.copies.append((src, dst))
-        self.cells[dst] = [list(c) for c in self.cells[src]]
+        end = p1 if p1 >= 0 else 1 << 30
+        start = max(p0, 0)
+        if self.unified:
+            for cell in self.kv:
+                if src in cell.seqs and start <= cell.pos < end:
+                    cell.seqs.add(dst)
+            return
+        assert p0 < 0 and p1 < 0, "a split KV copies whole sequences only"
+        for cell in self.kv:
+            cell.seqs.discard(dst)
+        self.kv = [c for c in self.kv if c.seqs]
+        self.kv += [FakeCell(c.pos, c.token, {dst}) for c in self.kv if src in c.seqs]
 
     def _verify(self, row: PlanRow, seq: list[int]) -> list[Sample]:
         sampler = row.samplers[0]
@@ -136,13 +187,16 @@ class FakeRunner:
     def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None:
         self.removed.append((seq_id, p0, p1))
         end = p1 if p1 >= 0 else 1 << 30
-        self.cells[seq_id] = [c for c in self.cells[seq_id] if not p0 <= c[0] < end]
+        for cell in self.kv:
+            if seq_id in cell.seqs and p0 <= cell.pos < end:
+                cell.seqs.discard(seq_id)
+        self.kv = [c for c in self.kv if c.seqs]  # a cell no sequence holds is free
 
     def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
         self.shifts.append((seq_id, p0, p1, delta))
-        for cell in self.cells[seq_id]:
-            if p0 <= cell[0] < p1:
-                cell[0] += delta
+        for cell in self.kv:
+            if seq_id in cell.seqs and p0 <= cell.pos < p1:
+                cell.pos += delta  # for every sequence holding it, as llama.cpp does
 
     can_shift = True
 
@@ -154,7 +208,8 @@ class FakeRunner:
 
     def set_seq_state(self, seq_id: int, data: bytes) -> bool:
         assert not self.cells[seq_id], "state restored into a sequence that is not empty"
-        self.cells[seq_id] = json.loads(data)
+        self.states_set += 1
+        self.kv += [FakeCell(p, t, {seq_id}) for p, t in json.loads(data)]
         return True
 
     def save_seq_file(self, path: str, seq_id: int, tokens: list[int]) -> int:
@@ -167,7 +222,7 @@ class FakeRunner:
         with open(path, "rb") as fh:
             data = fh.read()
         saved = json.loads(data)
-        self.cells[seq_id] = saved["cells"]
+        self.kv += [FakeCell(p, t, {seq_id}) for p, t in saved["cells"]]
         return len(data), saved["tokens"]
 
     def piece(self, token: int, *, special: bool = False) -> bytes:

@@ -359,7 +359,7 @@ def test_a_restored_slot_keeps_only_the_text_before_its_first_media(tmp_path: Pa
     s, runner = make(n_batch=64)
     files = SlotFiles(s, str(tmp_path), {"file": "m"})
     held = [5, 6, 7, -1, -2, -3, 8, 9]
-    runner.cells[0] = [[i, t] for i, t in enumerate(held)]
+    runner.put(0, held)
     runner.save_seq_file(str(tmp_path / "m.bin"), 0, held)
     restored = files.restore(0, "m.bin")
     assert s.slots[0].cache_tokens == [5, 6, 7] and runner.tokens(0) == [5, 6, 7]

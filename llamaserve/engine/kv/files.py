@@ -103,6 +103,7 @@ class SlotFiles:
         slot.cache_tokens.clear()
         slot.cache_hashes.clear()
         slot.cache_lora = ()
+        self.scheduler.kv.sharing.cut(slot, 0)  # another sequence sharing the cells keeps them
         return {"id_slot": slot.id, "n_erased": n}
 
     def _load(self, slot: Slot, path: str) -> tuple[int, list[int]]:
@@ -110,6 +111,7 @@ class SlotFiles:
         runner.seq_remove(slot.id, 0, -1)
         slot.cache_tokens.clear()
         slot.cache_hashes.clear()
+        self.scheduler.kv.sharing.cut(slot, 0)  # the file's cells are the slot's own
         slot.kv_in_host_cache = False
         slot.cache_lora = ()  # files hold base-model KV: saving a slot under an adapter is on the caller
         n_read, tokens = runner.load_seq_file(path, slot.id)
@@ -125,6 +127,7 @@ class SlotFiles:
             tokens = tokens[:media_at]
         slot.cache_tokens = tokens
         slot.cache_hashes = []
+        self.scheduler.kv.sharing.note(slot)
         return n_read, tokens
 
     # ------------------------------------------------------------ --cache-persist

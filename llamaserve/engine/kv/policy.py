@@ -16,6 +16,9 @@ class CachePolicy:
     # with a unified KV, cleared; attention then spans only the active slots' cells.
     cache_idle_slots: bool = False
     kv_unified: bool = False
+    # Requests sharing a prompt prefix share its KV cells (engine/kv/sharing.py), where the
+    # KV is unified and the runner can share cells; off only to compare against.
+    prefix_sharing: bool = True
     # The CPU flash-attention tile (llama/context.cpu_flash_attention_tile) that a prompt's
     # new part is topped up to when it falls just short of one (`pad_prefill`); 0: never.
     prefill_tile_rows: int = 0

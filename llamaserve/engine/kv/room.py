@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from llamaserve.engine.kv.sharing import lent_cells
 from llamaserve.engine.kv.slot import Slot
 from llamaserve.engine.types import GenerationRequest
 
@@ -30,7 +31,8 @@ def claimed_cells(slots: Iterable[Slot]) -> int:
         if slot.task is None:
             continue
         req = slot.task.request
-        total += max(len(slot.prompt), slot.n_past) + answer_cells(req, len(slot.generated))
+        # The part of its prompt whose cells a busy lender holds is counted in the lender.
+        total += max(len(slot.prompt), slot.n_past) - lent_cells(slot) + answer_cells(req, len(slot.generated))
     return total
 
 

@@ -15,6 +15,9 @@ class SlotState(enum.Enum):
     IDLE = "idle"
     PREFILL = "prefill"
     FOLLOWING = "following"  # an n > 1 choice waiting for its leader's prompt KV
+    # Waiting for another sequence's prefill to write the prompt prefix this one will share
+    # (engine/kv/sharing.py); then it prefills only its own suffix.
+    JOINING = "joining"
     GENERATING = "generating"
 
 
@@ -26,6 +29,30 @@ class Task:
     request: GenerationRequest
     sink: EventSink
     t_submit: float = 0.0  # perf_counter() when it was submitted: the queue time starts there
+
+
+@dataclass
+class Lent:
+    """A sequence's first ``n`` cells, tagged from ``lender`` when its kv_epoch was ``epoch``:
+    while the lender has cut nothing since, those cells are the lender's too (counted once)."""
+
+    lender: Slot
+    epoch: int
+    n: int
+
+    def holds(self) -> bool:
+        """The lender still holds the lent cells (it cut nothing since)."""
+        return self.lender.kv_epoch == self.epoch
+
+
+@dataclass
+class Join:
+    """A request waiting for ``leader``'s prefill (of task ``task_id``) to write its first ``n``
+    prompt tokens, which it then shares instead of computing them."""
+
+    leader: Slot
+    task_id: int
+    n: int
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -72,6 +99,17 @@ class Slot:
         self.cache_hashes: list[int] = []
         self.last_used = 0.0
         self.last_task_id = -1
+        # Cell sharing with other sequences of a unified KV (engine/kv/sharing.py). kv_version
+        # grows whenever cells are cut from this sequence (the prefix index then hashes it
+        # again); kv_epoch when the cut reached cells a peer may hold, so a borrower can tell
+        # that the cells it borrowed may now be its own alone. lent: the leading cells this sequence
+        # borrowed (by seq_cp) from another one. peers: every sequence that may hold some of
+        # this one's cells, with the position below which they may (conservative: a peer's
+        # bound only ever shrinks when one of the two cuts its cells).
+        self.kv_version = 0
+        self.kv_epoch = 0
+        self.lent: Lent | None = None
+        self.peers: dict[int, int] = {}
         self.clear_task()
 
     def clear_task(self) -> None:
@@ -97,6 +135,8 @@ class Slot:
         self.prefill_credit = 0
         self.n_draft = 0  # speculative decoding: draft tokens verified for this request
         self.n_draft_accepted = 0
+        self.joining: Join | None = None  # SlotState.JOINING: whose prefill it waits for
+        self.n_shared = 0  # of the prompt's cached tokens, those shared with another sequence
 
     @property
     def busy(self) -> bool:
