@@ -36,6 +36,10 @@ IDLE_EXEMPT_PATHS = PUBLIC_PATHS | {"/props", "/models", "/v1/models", "/metrics
 # Not tasks whatever the method: the resumable-stream routes read buffered bytes only, the
 # agent tools and the MCP proxy never touch the model, and the chat control route acts only on
 # a running answer (a sleeping model runs none).
+# The Batch API's own routes store and read files and batches, never the model (a batch's lines
+# are sub-requests to the generating routes, tasks of their own): a client polling a batch's
+# status keeps no model awake.
+IDLE_EXEMPT_ROOTS = ("/v1/files", "/v1/batches")
 IDLE_EXEMPT_ANY_METHOD = {"/v1/stream", "/v1/streams/lookup", "/tools", "/cors-proxy", "/v1/chat/completions/control"}
 
 
@@ -46,6 +50,10 @@ async def send_json(
     headers = [(b"content-type", b"application/json; charset=utf-8"), (b"content-length", str(len(payload)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra_headers]})
     await send({"type": "http.response.body", "body": payload})
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in roots)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -164,6 +172,7 @@ class IdleMiddleware:
             scope["type"] != "http"
             or scope.get("method") == "OPTIONS"
             or scope.get("path", "") in IDLE_EXEMPT_ANY_METHOD
+            or _under(scope.get("path", ""), IDLE_EXEMPT_ROOTS)
             or (
                 scope.get("method") in ("GET", "HEAD")
                 and (scope.get("path", "") in IDLE_EXEMPT_PATHS or scope.get("path", "").startswith(PUBLIC_PREFIXES))

@@ -1,5 +1,6 @@
 """The Batch API's store and runner without a model: lines checked, run at most N at once at the
-batch priority, retried on 429, recorded once, resumed after a stop, cancelled, expired."""
+batch priority, retried on 429, recorded once, resumed after a stop, cancelled, expired; and
+its routes are not tasks for --sleep-idle-seconds."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from llamaserve.api.middleware import IdleMiddleware
 from llamaserve.families.batches.lines import parse_input
 from llamaserve.families.batches.runner import BATCH_PRIORITY, BatchRunner
 from llamaserve.families.batches.store import BatchStore, Conflict, NotFound
@@ -246,3 +248,45 @@ def test_a_deleted_input_file_fails_the_batch_with_a_reason(tmp_path: Path) -> N
     failed = store.validate(batch["id"])
     assert failed["status"] == "failed" and failed["failed_at"]
     assert failed["errors"]["data"][0]["code"] == "file_not_found"
+
+
+class CountingSleeper:
+    """What IdleMiddleware asks of IdleSleeper: how many tasks it was told of."""
+
+    def __init__(self) -> None:
+        self.tasks = 0
+
+    def start(self) -> None:
+        pass
+
+    def begin(self) -> None:
+        self.tasks += 1
+
+    async def awake(self) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "task"),
+    [
+        ("GET", "/v1/batches/batch_1", False),  # a client polling its batch
+        ("GET", "/v1/batches", False),
+        ("POST", "/v1/files", False),
+        ("POST", "/v1/batches", False),
+        ("GET", "/v1/files/file-1/content", False),
+        ("POST", "/v1/chat/completions", True),  # what a batch line is sent as: it wakes the model
+        ("POST", "/v1/filesystem", True),
+    ],
+)
+def test_the_batch_apis_own_routes_keep_no_model_awake(method: str, path: str, task: bool) -> None:
+    sleeper = CountingSleeper()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        pass
+
+    middleware = IdleMiddleware(app, sleeper)  # type: ignore[arg-type]
+    asyncio.run(middleware({"type": "http", "method": method, "path": path}, None, None))  # type: ignore[arg-type]
+    assert sleeper.tasks == (1 if task else 0)
