@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,6 +28,11 @@ CHUNK = 1024 * 1024
 RETRIES = 3  # further attempts, each only after the previous one made progress
 GGUF_MAGIC = b"GGUF"
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+# Told (url, bytes on disk, total or None) as a transfer starts and after each chunk; it may
+# raise to stop the download (the `.part` stays, so a later download resumes it).
+ProgressHook = Callable[[str, int, "int | None"], None]
 
 
 class _Restart(Exception):
@@ -79,7 +84,9 @@ def _discard(*paths: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def _fetch_once(client: httpx.Client, url: str, dest: Path, headers: dict[str, str], label: str) -> None:
+def _fetch_once(
+    client: httpx.Client, url: str, dest: Path, headers: dict[str, str], label: str, hook: ProgressHook | None
+) -> None:
     part, etag_path, _ = _paths(dest)
     offset = _size(part)
     req_headers = dict(headers)
@@ -114,11 +121,15 @@ def _fetch_once(client: httpx.Client, url: str, dest: Path, headers: dict[str, s
         bar = ProgressBar(label, total, start=offset)
         done = offset
         try:
+            if hook is not None:
+                hook(url, done, total)
             with open(part, mode) as fh:
                 for chunk in resp.iter_raw(CHUNK):
                     fh.write(chunk)
                     done += len(chunk)
                     bar.update(done)
+                    if hook is not None:
+                        hook(url, done, total)
         except BaseException:
             bar.abandon()
             raise
@@ -128,8 +139,17 @@ def _fetch_once(client: httpx.Client, url: str, dest: Path, headers: dict[str, s
         bar.finish()
 
 
-def download(client: httpx.Client, url: str, dest: Path, *, token: str | None = None, label: str | None = None) -> None:
-    """Make `dest` a complete copy of `url`, resuming a `.part` an earlier run left."""
+def download(
+    client: httpx.Client,
+    url: str,
+    dest: Path,
+    *,
+    token: str | None = None,
+    label: str | None = None,
+    hook: ProgressHook | None = None,
+) -> None:
+    """Make `dest` a complete copy of `url`, resuming a `.part` an earlier run left; `hook` hears
+    the progress (and may stop it by raising)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part, etag_path, lock_path = _paths(dest)
     # identity: lengths and ranges must count the bytes on disk, not a compressed stream.
@@ -145,7 +165,7 @@ def download(client: httpx.Client, url: str, dest: Path, *, token: str | None = 
         while True:
             before = _size(part)
             try:
-                _fetch_once(client, url, dest, headers, label)
+                _fetch_once(client, url, dest, headers, label, hook)
                 break
             except _Restart:
                 if restarted:

@@ -27,7 +27,7 @@ from llamaserve.hub.cache import (
     write_manifest,
 )
 from llamaserve.hub.errors import DownloadError, HubUnreachable
-from llamaserve.hub.fetch import download
+from llamaserve.hub.fetch import ProgressHook, download
 from llamaserve.hub.hf import file_url, hub_endpoint, list_repo_files
 from llamaserve.hub.select import RepoSpec, parse_repo, pick_files, split_parts
 
@@ -96,24 +96,25 @@ def resolve_draft_model(config: ServerConfig, environ: Mapping[str, str]) -> str
     return fetch_model(source, environ)
 
 
-def fetch_model(source: ModelSource, environ: Mapping[str, str]) -> str:
+def fetch_model(source: ModelSource, environ: Mapping[str, str], hook: ProgressHook | None = None) -> str:
     """The local path of the model `source` names, downloading it if needed.
 
     `-dr` wins over `-hf`, which wins over `--model-url`, as in llama-server. A `-m` given with either
-    is where the file is stored instead of the cache. Raises `DownloadError`.
+    is where the file is stored instead of the cache. Raises `DownloadError`. `hook` hears each
+    file's progress (`-hf` and `--model-url` downloads) and may stop it by raising.
     """
     if source.docker_repo:
         from llamaserve.hub.docker import resolve_docker  # here: docker.py takes its HTTP settings from this module
 
         return resolve_docker(source.docker_repo, cache=cache_dir(environ), offline=source.offline, environ=environ)
     if source.hf_repo:
-        return _resolve_hf(source, environ)
+        return _resolve_hf(source, environ, hook)
     if source.model_url:
-        return _resolve_url(source, environ)
+        return _resolve_url(source, environ, hook)
     return source.model
 
 
-def _resolve_url(source: ModelSource, environ: Mapping[str, str]) -> str:
+def _resolve_url(source: ModelSource, environ: Mapping[str, str], hook: ProgressHook | None) -> str:
     url = source.model_url or ""
     if not url.lower().startswith(("http://", "https://")):
         raise DownloadError(f"--model-url must be an http(s) URL, got '{url}'")
@@ -125,7 +126,7 @@ def _resolve_url(source: ModelSource, environ: Mapping[str, str]) -> str:
         raise DownloadError(f"--offline: {url} is not in the cache (looked for {dest})")
     _say(f"model: downloading {url} -> {dest}")
     with _client() as client:
-        download(client, url, dest, token=source.hf_token)
+        download(client, url, dest, token=source.hf_token, hook=hook)
     return str(dest)
 
 
@@ -167,7 +168,7 @@ def _from_cache_listing(source: ModelSource, cache: Path, spec: RepoSpec) -> Pat
     return paths[0] if _all_present(paths) else None
 
 
-def _resolve_hf(source: ModelSource, environ: Mapping[str, str]) -> str:
+def _resolve_hf(source: ModelSource, environ: Mapping[str, str], hook: ProgressHook | None) -> str:
     spec = parse_repo(source.hf_repo or "")
     cache = cache_dir(environ)
     endpoint = hub_endpoint(environ)
@@ -208,7 +209,7 @@ def _resolve_hf(source: ModelSource, environ: Mapping[str, str]) -> str:
                 continue
             url = file_url(endpoint, spec.repo, name)
             _say(f"model: downloading {url} -> {path}")
-            download(client, url, path, token=source.hf_token, label=name.rsplit("/", 1)[-1])
+            download(client, url, path, token=source.hf_token, label=name.rsplit("/", 1)[-1], hook=hook)
     if not source.hf_file and not source.model:
         write_manifest(cache, spec.repo, spec.tag, files)
     return str(paths[0])

@@ -1,6 +1,7 @@
 """The router's HTTP side: its own routes, and every other route forwarded to a model.
 
 The router answers `/health`, `/props` (without `?model=`), `/models` and `/v1/models`,
+`POST /models` (a download) and `DELETE /models` (a removal from the cache),
 `/models/load`, `/models/unload`, `/models/sse`, `/metrics` (without `?model=`: every loaded
 model's, labelled), the resumable-stream routes, the agent tools (`/tools`, the MCP proxy
 `/cors-proxy`: the single server's routes, api/edge_tools.py) and the web UI's files; everything else is
@@ -28,6 +29,7 @@ from llamaserve.errors import APIError
 from llamaserve.router import routes_forward, routes_models, routes_ops, routes_streams
 from llamaserve.router.catalog import ModelSpec
 from llamaserve.router.context import RouterContext
+from llamaserve.router.downloads import Downloads
 from llamaserve.router.registry import Registry
 from llamaserve.webui import STATIC_DIR
 
@@ -47,7 +49,8 @@ ROUTES: list[tuple[str, list[str], Callable[..., Awaitable[Response]]]] = [
     ("/v1/models", ["GET"], routes_models.models),
     ("/models/load", ["POST"], routes_models.load),
     ("/models/unload", ["POST"], routes_models.unload),
-    ("/models", ["POST", "DELETE"], routes_models.manage),
+    ("/models", ["POST"], routes_models.download),
+    ("/models", ["DELETE"], routes_models.remove),
     ("/models/sse", ["GET"], routes_models.models_sse),
     ("/metrics", ["GET"], routes_ops.metrics),
 ]
@@ -76,13 +79,14 @@ def create_router_app(
     upstream: Upstream,
     reload_catalog: Callable[[], dict[str, ModelSpec]],
     tools: EdgeTools,
+    downloads: Downloads,
 ) -> FastAPI:
     """`tools`: `/tools` and `/cors-proxy`, answered here (403 when off, as llama-server's router)."""
     app = edge_app("llamaserve router", config)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
     static_root = Path(config.static_path).resolve() if config.static_path else STATIC_DIR
-    app.state.router = RouterContext(config, registry, upstream, reload_catalog, static_root)
+    app.state.router = RouterContext(config, registry, upstream, reload_catalog, static_root, downloads)
     for path, methods, handler in ROUTES:
         app.add_api_route(path, handler, methods=methods)
     for tool_routes in tools.routes(only_enabled=False):

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from llamaserve.config import ServerConfig
 from llamaserve.edge.proxy import Upstream
 from llamaserve.router.catalog import ModelSpec
+from llamaserve.router.downloads import Downloads
 from llamaserve.router.registry import Registry
 from llamaserve.router.streams import ConversationOwners
 
@@ -26,6 +27,7 @@ class RouterContext:
     upstream: Upstream
     reload_catalog: Callable[[], dict[str, ModelSpec]]  # ?reload=1 on /models reads the catalog again
     static_root: Path  # the web UI's files, or --path
+    downloads: Downloads  # POST /models
     owners: ConversationOwners = field(default_factory=ConversationOwners)
 
 

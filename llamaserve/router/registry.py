@@ -124,7 +124,10 @@ class Registry:
             if inst.failed:
                 data["failed"] = True
                 data["log_tail"] = inst.log_tail
-        event = {"model": inst.name, "event": "model_status", "data": data}
+        self.broadcast({"model": inst.name, "event": "model_status", "data": data})
+
+    def broadcast(self, event: dict[str, Any]) -> None:
+        """One event to every `/models/sse` client."""
         for queue in list(self.subscribers):
             queue.put_nowait(event)
 
@@ -384,6 +387,19 @@ class Registry:
     def unload(self, inst: Instance) -> None:
         self._stop(inst)
 
+    async def forget(self, inst: Instance, timeout: float = 30.0) -> None:
+        """`DELETE /models`: stop `inst` if it runs, wait for its process to end, and drop it from
+        the list (with a `model_remove` event). APIError when it will not stop in time."""
+        self._stop(inst)
+        deadline = time.monotonic() + timeout
+        while inst.child is not None:
+            if time.monotonic() > deadline:
+                raise APIError(f"model '{inst.name}' did not stop; try again", "unavailable_error")
+            await self._wait_change()
+        self.models.pop(inst.name, None)
+        self.broadcast({"model": inst.name, "event": "model_remove"})
+        self._changed()
+
     async def reload(self, specs: dict[str, ModelSpec]) -> None:
         """`GET /models?reload=1`: a running model whose source changed or went away is unloaded;
         the others take their new settings (a failed load is forgotten), new models are added."""
@@ -407,8 +423,7 @@ class Registry:
                 known.spec = spec  # a running one's flags are unchanged (else it was stopped above)
                 if not known.running:
                     known.failed, known.exit_code = False, 0
-        for queue in list(self.subscribers):
-            queue.put_nowait({"model": "*", "event": "models_reload"})
+        self.broadcast({"model": "*", "event": "models_reload"})
         self._changed()
 
     def start_watch(self) -> None:

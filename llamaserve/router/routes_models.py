@@ -1,9 +1,12 @@
 """The router's model management: `/models` and `/v1/models` (the listing, `?reload=1` reads
-the catalog again), `/models/load`, `/models/unload`, and `/models/sse` (status events)."""
+the catalog again), `POST /models` (a download, router/downloads.py), `DELETE /models` (a cached
+model removed), `/models/load`, `/models/unload` (which also cancels a download), and
+`/models/sse` (status and download events)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,10 +15,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from llamaserve.errors import APIError
+from llamaserve.hub.cache import cache_dir
+from llamaserve.hub.errors import DownloadError
+from llamaserve.hub.remove import remove_cached_model
 from llamaserve.router.context import context_of
+from llamaserve.router.downloads import Downloads
 from llamaserve.router.registry import Instance, Registry
 from llamaserve.router.routes_forward import model_from_json
 from llamaserve.sse import data_event
+
+log = logging.getLogger("llamaserve.router")
 
 
 def _status(inst: Instance) -> dict[str, Any]:
@@ -44,7 +53,7 @@ def _entry(inst: Instance, now: int) -> dict[str, Any]:
         "status": _status(inst),
         "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
         "source": spec.source,
-        "can_remove": False,
+        "can_remove": spec.source == "cache",
     }
     if inst.running:
         for key, value in inst.loaded_info.items():
@@ -52,17 +61,37 @@ def _entry(inst: Instance, now: int) -> dict[str, Any]:
     return entry
 
 
-def listing(registry: Registry) -> dict[str, Any]:
+def _downloading(name: str, progress: dict[str, dict[str, int]], now: int) -> dict[str, Any]:
+    """A model being downloaded (`POST /models`), as llama-server lists it until it is in the cache."""
+    return {
+        "id": name,
+        "aliases": [],
+        "tags": [],
+        "object": "model",
+        "owned_by": "llamacpp",
+        "created": now,
+        "status": {"value": "downloading", "progress": progress},
+        "source": "cache",
+        "can_remove": True,
+    }
+
+
+def listing(registry: Registry, downloads: Downloads | None = None) -> dict[str, Any]:
     now = int(time.time())
     shown = sorted((i for i in registry.models.values() if not i.spec.hidden), key=lambda i: i.name)
-    return {"data": [_entry(inst, now) for inst in shown], "object": "list"}
+    data = [_entry(inst, now) for inst in shown]
+    if downloads is not None:
+        for name in sorted(downloads.jobs):
+            if name not in registry.models:
+                data.append(_downloading(name, downloads.progress(name) or {}, now))
+    return {"data": data, "object": "list"}
 
 
 async def models(request: Request) -> Response:
     ctx = context_of(request)
     if request.query_params.get("reload"):
         await ctx.registry.reload(ctx.reload_catalog())
-    return JSONResponse(listing(ctx.registry))
+    return JSONResponse(listing(ctx.registry, ctx.downloads))
 
 
 async def _named(request: Request) -> Instance | None:
@@ -81,6 +110,9 @@ async def load(request: Request) -> Response:
 
 
 async def unload(request: Request) -> Response:
+    ctx = context_of(request)
+    if await ctx.downloads.cancel(model_from_json(await request.body())):
+        return JSONResponse({"success": True})  # a download cancelled, as llama-server does here
     inst = await _named(request)
     if inst is None:
         raise APIError("model is not found")
@@ -90,8 +122,41 @@ async def unload(request: Request) -> Response:
     return JSONResponse({"success": True})
 
 
-async def manage(request: Request) -> Response:
-    raise APIError("downloading and removing models through the router is not supported", "not_supported_error")
+async def download(request: Request) -> Response:
+    """`POST /models {"model": "ORG/NAME[:TAG]"}`: checked against the hub, then downloaded in the background."""
+    ctx = context_of(request)
+    name = model_from_json(await request.body())
+    if not name:
+        raise APIError("model must be a non-empty string")
+    if ctx.registry.resolve(name) is not None:
+        raise APIError(f"model '{name}' already exists")
+    await ctx.downloads.start(name)
+    return JSONResponse({"success": True})
+
+
+async def remove(request: Request) -> Response:
+    """`DELETE /models?model=NAME`: a model of the download cache stopped, deleted, and unlisted."""
+    ctx = context_of(request)
+    name = request.query_params.get("model", "")
+    if not name:
+        raise APIError("model must be a non-empty string")
+    cancelled = await ctx.downloads.cancel(name)
+    inst = ctx.registry.resolve(name)
+    if inst is None and not cancelled:
+        raise APIError(f"model name={name} is not found", "not_found_error")
+    if inst is not None and inst.spec.source != "cache":
+        raise APIError(f"model name={name} is not removable (not from cache)")
+    if inst is not None:
+        await ctx.registry.forget(inst)
+        name = inst.name
+    elif cancelled:
+        ctx.registry.broadcast({"model": name, "event": "model_remove"})
+    try:
+        removed = await asyncio.to_thread(remove_cached_model, cache_dir(ctx.registry.environ), name)
+    except DownloadError as exc:
+        raise APIError(str(exc)) from exc
+    log.info("removed model %s from the cache (%s)", name, "done" if removed else "no files left")
+    return JSONResponse({"success": True})
 
 
 async def models_sse(request: Request) -> Response:

@@ -20,6 +20,7 @@ from llamaserve.config import ConfigError, ServerConfig
 from llamaserve.edge.proxy import Upstream
 from llamaserve.router.app import create_router_app
 from llamaserve.router.catalog import ModelSpec, load_catalog
+from llamaserve.router.downloads import Downloads
 from llamaserve.router.preset import from_argv
 from llamaserve.router.registry import Registry
 
@@ -78,6 +79,7 @@ class _RouterSite(Site):
         self.addresses = addresses
         self.upstream: Upstream | None = None
         self.registry: Registry | None = None
+        self.downloads: Downloads | None = None
 
     def _reload(self) -> dict[str, ModelSpec]:
         return load_catalog(self.config, self.environ)
@@ -87,7 +89,13 @@ class _RouterSite(Site):
         config = self.config
         self.upstream = Upstream(float(config.timeout))
         self.registry = Registry(config, from_argv(self.argv), self.specs, self.environ, self.upstream.client)
-        app = create_router_app(config, self.registry, self.upstream, self._reload, self.tools)
+        registry = self.registry
+
+        async def reread() -> None:
+            await registry.reload(self._reload())
+
+        self.downloads = Downloads(self.environ, config.hf_token, registry.broadcast, reread)
+        app = create_router_app(config, registry, self.upstream, self._reload, self.tools, self.downloads)
         await self.tools.start(stop)
         self.registry.start_watch()
         for address in self.addresses:
@@ -97,6 +105,8 @@ class _RouterSite(Site):
 
     async def close(self) -> None:
         await self.tools.close()
+        if self.downloads is not None:
+            await self.downloads.shutdown()
         if self.registry is not None:
             await self.registry.shutdown()
         if self.upstream is not None:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,6 +54,7 @@ class StandInHub:
     files: dict[str, bytes | Path] = field(default_factory=dict)
     token: str | None = None  # when set, every request must carry `Authorization: Bearer <token>`
     cut_first_transfer_at: int | None = None  # drop the first body transfer after this many bytes
+    slow: frozenset[str] = frozenset()  # "user/model/file" sent 64 KiB every 50 ms (a download to cancel)
     seen: list[Seen] = field(default_factory=list)
     _etags: dict[int, str] = field(default_factory=dict)
     _server: ThreadingHTTPServer | None = None
@@ -125,7 +127,7 @@ class StandInHub:
         elif parts[0] == "cdn" and len(parts) >= 4:
             repo, name = "/".join(parts[1:3]), "/".join(parts[3:])
             source = self.repos.get(repo, {}).get(name)
-            self._serve(h, source, head)
+            self._serve(h, source, head, slow=f"{repo}/{name}" in self.slow)
         elif parts[0] == "files" and len(parts) == 2:
             self._serve(h, self.files.get(parts[1]), head)
         else:
@@ -141,7 +143,7 @@ class StandInHub:
         if not head:
             h.wfile.write(data)
 
-    def _serve(self, h: BaseHTTPRequestHandler, source: bytes | Path | None, head: bool) -> None:
+    def _serve(self, h: BaseHTTPRequestHandler, source: bytes | Path | None, head: bool, slow: bool = False) -> None:
         if source is None:
             self._json(h, 404, {"error": "Entry not found"}, head)
             return
@@ -182,11 +184,13 @@ class StandInHub:
                     fh.seek(start)
                     left = limit
                     while left > 0:
-                        block = fh.read(min(1 << 20, left))
+                        block = fh.read(min(1 << 16 if slow else 1 << 20, left))
                         if not block:
                             break
                         h.wfile.write(block)
                         left -= len(block)
+                        if slow:
+                            time.sleep(0.05)
             else:
                 h.wfile.write(source[start : start + limit])
         except (BrokenPipeError, ConnectionResetError):

@@ -1,17 +1,22 @@
 """The router's edge as the single server's: the agent tools, the MCP proxy, CORS, the site
 guard and --api-prefix answered by the router itself; a model whose process died is started
-again for the next request; /props' build_info in llama.cpp's form. One router over a models
-folder holding the embedded SmolLM2, under /llama, with --tools; and an `--upstreams` front
-with tools of its own in front of it.
+again for the next request; /props' build_info in llama.cpp's form; models downloaded
+(`POST /models`, progress on `/models/sse`, cancelled by `/models/unload`) and removed
+(`DELETE /models`). One router over a models folder holding the embedded SmolLM2, under
+/llama, with --tools and a stand-in Hugging Face hub; and an `--upstreams` front with tools
+of its own in front of it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +24,30 @@ import httpx
 import pytest
 
 from tests.server.conftest import RunningServer, start_server, stop_server
+from tests.server.standin_hub import StandInHub
 
 SMOL = "smol"
 PREFIX = "/llama"
 BUILD_INFO = re.compile(r"^b\d+-[0-9a-f]{7,}$|^b0-unknown$")
+FILE = "SmolLM2-135M-Instruct-Q8_0.gguf"
+MODEL_ID = "fake/SmolLM2-GGUF:Q8_0"
+SLOW_ID = "fake/slow-GGUF:Q8_0"
+
+
+@pytest.fixture(scope="module")
+def hub(model_path: str) -> Iterator[StandInHub]:
+    stand_in = StandInHub(
+        {"fake/SmolLM2-GGUF": {FILE: Path(model_path)}, "fake/slow-GGUF": {FILE: Path(model_path)}},
+        slow=frozenset({f"fake/slow-GGUF/{FILE}"}),
+    )
+    stand_in.start()
+    yield stand_in
+    stand_in.stop()
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("download-cache")
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +58,15 @@ def tools_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def router(model_path: str, tools_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def router(
+    model_path: str, tools_root: Path, hub: StandInHub, cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
     tmp = tmp_path_factory.mktemp("edge-router")
     models = tmp / "models"
     models.mkdir()
     (models / f"{SMOL}.gguf").symlink_to(model_path)
     args = ["--models-dir", str(models), "--api-prefix", PREFIX, "--tools", "all", "-c", "512", "-np", "1"]
-    env = {"LLAMA_CACHE": str(tmp / "cache"), "LLAMASERVE_TOOLS_ROOT": str(tools_root)}
+    env = {"LLAMA_CACHE": str(cache), "HF_ENDPOINT": hub.url, "LLAMASERVE_TOOLS_ROOT": str(tools_root)}
     srv = start_server([*args, "-t", "2", "-n", "4", "--temp", "0"], tmp, env=env, health_path=f"{PREFIX}/health")
     yield srv
     stop_server(srv)
@@ -49,8 +76,8 @@ def _api(srv: RunningServer) -> str:
     return srv.url + PREFIX
 
 
-def _chat(base: str) -> httpx.Response:
-    body = {"model": SMOL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+def _chat(base: str, model: str = SMOL) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
     return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=180)
 
 
@@ -169,3 +196,96 @@ def test_the_upstreams_front_does_at_its_edge_what_the_single_server_does(front:
         time.sleep(0.2)
     listing = httpx.get(f"{base}/v1/models", headers=key, timeout=10)
     assert listing.status_code == 200 and SMOL in {m["id"] for m in listing.json()["data"]}, listing.text
+
+
+@contextlib.contextmanager
+def _model_events(base: str) -> Iterator[list[dict[str, Any]]]:
+    """`/models/sse`'s events as they come, collected from the moment the stream is open."""
+    events: list[dict[str, Any]] = []
+    ready, stop = threading.Event(), threading.Event()
+
+    def listen() -> None:
+        with contextlib.suppress(httpx.HTTPError), httpx.stream("GET", f"{base}/models/sse", timeout=None) as res:
+            ready.set()
+            for line in res.iter_lines():
+                if stop.is_set():
+                    return
+                if line.startswith("data: "):
+                    events.append(json.loads(line[len("data: ") :]))
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield events
+    finally:
+        stop.set()
+
+
+def _wait_for(events: list[dict[str, Any]], what: Callable[[dict[str, Any]], bool], timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not any(what(e) for e in list(events)):
+        assert time.time() < deadline, events[-5:]
+        time.sleep(0.05)
+
+
+def _ids(base: str) -> dict[str, dict[str, Any]]:
+    return {m["id"]: m for m in httpx.get(f"{base}/models", timeout=10).json()["data"]}
+
+
+def test_post_models_downloads_in_the_background_and_delete_removes_it(router: RunningServer, cache: Path) -> None:
+    """llama-server's shapes: `{"success": true}`, then download_progress / download_finished
+    events, the model listed and servable; DELETE stops it, deletes its files, model_remove."""
+    base = _api(router)
+    with _model_events(base) as events:
+        res = httpx.post(f"{base}/models", json={"model": MODEL_ID}, timeout=30)
+        assert res.status_code == 200 and res.json() == {"success": True}, res.text
+        _wait_for(events, lambda e: e["event"] == "download_finished" and e["model"] == MODEL_ID)
+    progress = [e["data"] for e in events if e["event"] == "download_progress" and e["model"] == MODEL_ID]
+    assert progress and all(p["done"] == p["total"] > 0 for p in progress[-1].values()), progress[-1:]
+    listed = _ids(base)[MODEL_ID]
+    assert listed["source"] == "cache" and listed["can_remove"] is True and listed["status"]["value"] == "unloaded"
+    served = _chat(base, MODEL_ID)
+    assert served.status_code == 200 and served.json()["model"] == MODEL_ID, served.text
+    again = httpx.post(f"{base}/models", json={"model": MODEL_ID}, timeout=30)
+    assert again.status_code == 400 and "already exists" in again.json()["error"]["message"]
+
+    with _model_events(base) as events:
+        gone = httpx.delete(f"{base}/models", params={"model": MODEL_ID}, timeout=60)
+        assert gone.status_code == 200 and gone.json() == {"success": True}, gone.text
+        _wait_for(events, lambda e: e["event"] == "model_remove" and e["model"] == MODEL_ID, 10)
+    assert MODEL_ID not in _ids(base)
+    assert not [p.name for p in cache.iterdir() if p.name.startswith("fake_SmolLM2-GGUF_") or "SmolLM2-GGUF" in p.name]
+
+
+def test_what_cannot_be_downloaded_or_removed_is_a_4xx(router: RunningServer) -> None:
+    base = _api(router)
+    missing = httpx.post(f"{base}/models", json={"model": "fake/nothing-GGUF"}, timeout=30)
+    assert missing.status_code == 400 and "model validation failed" in missing.json()["error"]["message"]
+    no_quant = httpx.post(f"{base}/models", json={"model": "fake/SmolLM2-GGUF:Q2_K"}, timeout=30)
+    assert no_quant.status_code == 400, no_quant.text
+    assert httpx.post(f"{base}/models", json={}, timeout=10).status_code == 400
+    folder = httpx.delete(f"{base}/models", params={"model": SMOL}, timeout=10)
+    assert folder.status_code == 400 and "not removable" in folder.json()["error"]["message"]
+    assert httpx.delete(f"{base}/models", params={"model": "nobody/none"}, timeout=10).status_code == 404
+    # It changes the machine: a page of another site cannot start one (api/site_guard.py).
+    plain = httpx.post(
+        f"{base}/models", content=json.dumps({"model": MODEL_ID}), headers={"Content-Type": "text/plain"}, timeout=10
+    )
+    assert plain.status_code == 403
+
+
+def test_models_unload_cancels_a_download(router: RunningServer, cache: Path) -> None:
+    base = _api(router)
+    with _model_events(base) as events:
+        res = httpx.post(f"{base}/models", json={"model": SLOW_ID}, timeout=30)
+        assert res.status_code == 200, res.text
+        _wait_for(events, lambda e: e["event"] == "download_progress" and e["model"] == SLOW_ID, 30)
+        status = _ids(base)[SLOW_ID]["status"]
+        assert status["value"] == "downloading" and status["progress"], status
+        cancel = httpx.post(f"{base}/models/unload", json={"model": SLOW_ID}, timeout=60)
+        assert cancel.status_code == 200 and cancel.json() == {"success": True}, cancel.text
+        _wait_for(events, lambda e: e["event"] == "download_failed" and e["model"] == SLOW_ID, 10)
+    assert SLOW_ID not in _ids(base)
+    # Only the partial file is left, for a later download to resume.
+    assert [p.name for p in cache.iterdir() if "slow-GGUF" in p.name and p.name.endswith(".gguf")] == []
