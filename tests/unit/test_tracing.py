@@ -297,3 +297,20 @@ def test_the_edge_forwards_its_own_span_as_the_parent(spans: tuple[Tracer, InMem
     assert edge.parent is not None and f"{edge.parent.span_id:016x}" == PARENT_ID
     assert edge.attributes["gen_ai.request.model"] == "smol"
     assert edge.attributes["llamaserve.upstream"] == "http://127.0.0.1:9"
+
+
+def test_asking_for_traces_without_the_extra_stops_the_start_with_the_install_hint() -> None:
+    """The OpenTelemetry SDK missing (a plain install) while --otel asks: exit 1 naming the extra,
+    not a traceback and not a server that silently traces nothing."""
+    code = (
+        "import logging, sys\n"
+        "sys.modules['opentelemetry.sdk'] = None  # as if the otel extra were not installed\n"
+        "from llamaserve.config import ServerConfig\n"
+        "from llamaserve.api.run import start_request_tracing\n"
+        "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
+        "print(start_request_tracing(ServerConfig(otel=True), 'x', logging.getLogger('t')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+    assert "pip install 'llamaserve[otel]'" in out.stderr
