@@ -115,9 +115,12 @@ def test_a_killed_batch_resumes_and_answers_every_line_once(restarted: dict[str,
     assert done.request_counts is not None
     assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (200, 198, 2)
     assert done.in_progress_at and done.finalizing_at and done.completed_at
+    assert done.usage is not None and 0 < done.usage.output_tokens <= 198 * 4
+    assert done.usage.total_tokens == done.usage.input_tokens + done.usage.output_tokens
     out = _records(client, done.output_file_id)
     ids = [r["custom_id"] for r in out]
     assert len(out) == 198 and len(set(ids)) == 198
+    assert done.usage.output_tokens == sum(r["response"]["body"]["usage"]["completion_tokens"] for r in out)
     assert set(ids) == {f"req-{i}" for i in range(N_LINES) if i not in (BAD_NOT_JSON, BAD_URL)}
     for record in out:
         response = record["response"]

@@ -106,3 +106,23 @@ def parse_input(text: str) -> tuple[list[Line], list[Outcome]]:
         else:
             bad.append(checked)
     return lines, bad
+
+
+def batch_usage(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Batch object's `usage`: the answered lines' token counts summed (OpenAI's shape)."""
+    prompt = cached = completion = reasoning = 0
+    for record in records:
+        usage = ((record.get("response") or {}).get("body") or {}).get("usage")
+        if not isinstance(usage, dict):
+            continue
+        prompt += int(usage.get("prompt_tokens") or 0)
+        completion += int(usage.get("completion_tokens") or 0)
+        cached += int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        reasoning += int((usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": prompt + completion,
+    }

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from llamaserve.families.batches.lines import MAX_LINES, Line, Outcome, parse_input, refused
+from llamaserve.families.batches.lines import MAX_LINES, Line, Outcome, batch_usage, parse_input, refused
 from llamaserve.families.batches.protocol import COMPLETION_WINDOW, COMPLETION_WINDOW_S
 
 Order = Literal["asc", "desc"]
@@ -285,6 +285,7 @@ class BatchStore:
                 "cancelling_at": None,
                 "cancelled_at": None,
                 "request_counts": {"total": 0, "completed": 0, "failed": 0},
+                "usage": None,  # the answered lines' tokens, summed when the batch ends
                 "metadata": metadata,
             }
             conn.execute(
@@ -491,6 +492,7 @@ class BatchStore:
                     ]
                 if bad:
                     obj["error_file_id"] = self._write_file(conn, f"{batch_id}_error.jsonl", OUTPUT_PURPOSE, bad)["id"]
+                obj["usage"] = batch_usage([json.loads(r) for ok, r in rows if ok])
                 now = _now()
                 obj["status"] = final
                 obj[f"{final}_at"] = now
