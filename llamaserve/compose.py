@@ -37,7 +37,7 @@ from llamaserve.llama import control_vectors
 from llamaserve.llama.buildinfo import build_info
 from llamaserve.llama.builtin_templates import builtin_template_names, render_builtin
 from llamaserve.llama.context import Context, ContextSettings, cpu_flash_attention_tile
-from llamaserve.llama.devices import list_devices_text
+from llamaserve.llama.devices import DeviceError, list_devices_text, pick_projector_device
 from llamaserve.llama.embed import Embedder
 from llamaserve.llama.load_params import LoadSettingsError, ModelLoadSettings
 from llamaserve.llama.logs import route_llama_logs
@@ -99,11 +99,23 @@ def _media(config: ServerConfig, model: Model, undo: ExitStack) -> MediaPrompter
     """The multimodal projector (-mm), loaded beside the text model."""
     if not config.mmproj:
         return None
-    if config.embedding or config.reranking:
-        log.warning("--mmproj is ignored with --embeddings/--rerank")
+    if config.reranking:
+        log.warning("--mmproj is ignored with --rerank: documents are text")
         return None
+    device = None
+    if config.mmproj_device is not None:
+        try:
+            device = pick_projector_device(config.mmproj_device)
+        except DeviceError as exc:
+            raise ConfigError(str(exc)) from exc
     settings = ProjectorSettings(
-        use_gpu=config.mmproj_offload,
+        # -mmdev none keeps the projector on the CPU, as --no-mmproj-offload does.
+        use_gpu=config.mmproj_offload and not (config.mmproj_device is not None and device is None),
+        device=device.handle if device is not None else 0,
+        batch_max_tokens=config.mtmd_batch_max_tokens,
+        video_fps=config.video_fps,
+        video_timestamp_interval_ms=config.video_timestamp_interval_ms,
+        video_ffmpeg_dir=config.video_ffmpeg_dir or "",
         n_threads=config.effective_threads,
         flash_attn=config.flash_attn,
         image_min_tokens=config.image_min_tokens,
@@ -116,9 +128,13 @@ def _media(config: ServerConfig, model: Model, undo: ExitStack) -> MediaPrompter
     except ProjectorLoadError as exc:
         raise ConfigError(str(exc)) from exc
     undo.callback(projector.close)
-    if projector.mrope:
-        raise ConfigError(f"{config.mmproj}: projectors with M-RoPE positions (Qwen2-VL family) are not supported")
-    kinds = [k for k, on in (("vision", projector.vision), ("audio", projector.audio)) if on]
+    if projector.mrope and (config.context_shift or config.cache_reuse):
+        # llama-server turns both off for every projector; here only M-RoPE's positions (an
+        # image takes fewer positions than tokens) cannot be shifted. The runner says so.
+        log.warning("--context-shift and --cache-reuse are not supported with an M-RoPE projector; disabled")
+    kinds = [
+        k for k, on in (("vision", projector.vision), ("audio", projector.audio), ("video", projector.video)) if on
+    ]
     log.info("multimodal projector loaded: %s (%s)", config.mmproj, ", ".join(kinds))
     return MediaPrompter(projector, MediaStore())
 
@@ -469,6 +485,7 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         adapters,
         special=config.special,
         media=media.store if media else None,
+        mrope=bool(media and media.projector.mrope),
         attention_tile_rows=tile_rows,
     )
     _announce_slot_cap(config, context.n_ctx_seq)
@@ -532,7 +549,11 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         info=info,
         chat_template_kwargs=kwargs,
         ui_settings=ui_settings,
-        embedder=Embedder(context) if settings.embeddings else None,
+        embedder=(
+            Embedder(context, media.store if media else None, mrope=bool(media and media.projector.mrope))
+            if settings.embeddings
+            else None
+        ),
         media=media,
         lora=lora_from_config(config.lora, config.lora_init_without_apply),
         release=release,

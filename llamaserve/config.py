@@ -280,6 +280,13 @@ class ServerConfig:
     mmproj_offload: bool = True
     image_min_tokens: int = -1  # -1: the projector's own
     image_max_tokens: int = -1
+    mmproj_device: str | None = None  # -mmdev: one GPU for the projector; "none": keep it on the CPU
+    mtmd_batch_max_tokens: int = 1024  # image tokens per encoder batch (the first image always fits)
+    # Video input (mtmd's helper runs ffmpeg/ffprobe): frames sampled per second (<= 0: the
+    # video's own rate), a text timestamp every so many ms between frames (<= 0: none).
+    video_fps: float = 4.0
+    video_timestamp_interval_ms: int = 5000
+    video_ffmpeg_dir: str | None = None  # None: ffmpeg and ffprobe from PATH
     media_path: str | None = None  # file:// media are read only under this folder
     # http(s) media URLs are fetched only when LLAMASERVE_REMOTE_MEDIA=1 (llama-server
     # fetches any URL it is sent; a server should not be a proxy for whoever can reach it).

@@ -1,11 +1,15 @@
-"""Media files made by the tests themselves: PNG images and WAV tones (numpy, zlib, wave)."""
+"""Media files made by the tests themselves: PNG images and WAV tones (numpy, zlib, wave),
+FLAC audio and video clips (Debian's ffmpeg, which video input needs anyway)."""
 
 from __future__ import annotations
 
 import io
 import struct
+import subprocess
+import tempfile
 import wave
 import zlib
+from pathlib import Path
 
 import numpy as np
 
@@ -33,3 +37,25 @@ def wav_tone(seconds: float = 1.0, freq: float = 440.0, rate: int = 16000) -> by
         w.setframerate(rate)
         w.writeframes(samples.tobytes())
     return buf.getvalue()
+
+
+def flac(wav: bytes) -> bytes:
+    """The same audio as FLAC (written to a file: through a pipe ffmpeg cannot go back to fill
+    in the stream header's sample count, and miniaudio refuses such a stream)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "in.wav", Path(tmp) / "out.flac"
+        src.write_bytes(wav)
+        subprocess.run(["ffmpeg", "-v", "error", "-i", str(src), "-c:a", "flac", str(out)], check=True)
+        return out.read_bytes()
+
+
+def video_clip(seconds: float = 1.0, size: tuple[int, int] = (64, 48), rate: int = 25) -> bytes:
+    """An MP4 of ffmpeg's test pattern (MPEG-4 part 2, which every ffmpeg build encodes)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "clip.mp4"
+        pattern = f"testsrc=size={size[0]}x{size[1]}:rate={rate}:duration={seconds}"
+        subprocess.run(
+            ["ffmpeg", "-v", "error", "-f", "lavfi", "-i", pattern, "-c:v", "mpeg4", "-pix_fmt", "yuv420p", str(out)],
+            check=True,
+        )
+        return out.read_bytes()

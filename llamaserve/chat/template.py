@@ -278,6 +278,7 @@ def _normalize_content(content: Any, *, concat_text_parts: bool, media_marker: s
     if not isinstance(content, list):
         return content  # a string, None, or something the template may know how to handle
     parts: list[dict[str, Any]] = []
+    has_media = False
     for part in content:
         if not isinstance(part, Mapping):
             raise TemplateError(f"content part must be an object, got {type(part).__name__}")
@@ -290,12 +291,24 @@ def _normalize_content(content: Any, *, concat_text_parts: bool, media_marker: s
         elif media_marker is not None:
             # llama-server replaces each image/audio part by its media marker text before
             # templating; the multimodal layer later finds the markers in the prompt.
-            parts.append({"type": "text", "text": media_marker})
+            parts.append({"type": "media_marker", "text": media_marker})
+            has_media = True
         else:
             raise TemplateError(f"unsupported content part type: {kind!r}")
-    if concat_text_parts:
-        # Same joining as llama-server: text parts separated by one newline.
-        return "\n".join(p["text"] for p in parts)
+    if concat_text_parts or has_media:
+        # llama-server's joining (common/chat.cpp): text parts separated by one newline, none
+        # before or after a media marker; content with media is always one string.
+        text = ""
+        after_marker = False
+        for p in parts:
+            if p["type"] == "text":
+                if text and not after_marker:
+                    text += "\n"
+                after_marker = False
+            else:
+                after_marker = True
+            text += p["text"]
+        return text
     return parts
 
 

@@ -18,7 +18,7 @@ from llamaserve.engine.sampling import (
 from llamaserve.quota.policy import load_keys_config
 
 # Destinations that only mark a flag as given (features not built yet) and set no config field.
-_MARKERS = frozenset({"mtmd_pending", "removed"})
+_MARKERS = frozenset({"removed"})
 _PARTS = {
     f.name
     for f in fields(ServerConfig)

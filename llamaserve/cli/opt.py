@@ -1,7 +1,7 @@
 """One flag of llama-server's: spellings, value check, environment variable, group, and what it sets.
 
 The rows themselves are in the `options_*.py` modules. A few stand for features that are filed
-but not built (video input): they parse and check their value, and then
+but not built: they parse and check their value, and then
 the server refuses to start with a message that names the missing feature, never ignoring them.
 
 Every other row's value reaches code that acts on it (`tests/unit/test_flags_reach.py` checks
@@ -22,8 +22,6 @@ Kind = Literal["value", "list", "flag", "pair", "two", "action", "preset"]
 COMMON = "common params"
 SAMPLING = "sampling params"
 SERVER = "server-specific params"
-
-MULTIMODAL = "multimodal input (mtmd)"
 
 
 @dataclass(frozen=True)

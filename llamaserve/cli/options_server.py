@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llamaserve.cli import values as v
-from llamaserve.cli.opt import MULTIMODAL, SERVER, Opt, row
+from llamaserve.cli.opt import SERVER, Opt, row
 
 SERVER_OPTIONS: tuple[Opt, ...] = (
     row(
@@ -161,12 +161,11 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
     ),
     row(
         "-mmdev --mmproj-device",
-        "mtmd_pending",
+        "mmproj_device",
         metavar="DEVICE",
         env="MTMD_BACKEND_DEVICE",
         group=SERVER,
-        feature=MULTIMODAL,
-        help="device for the projector",
+        help="device for the projector (none: no offload; default: follows --device)",
     ),
     row(
         "--image-min-tokens",
@@ -188,45 +187,38 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
     ),
     row(
         "--mtmd-batch-max-tokens",
-        "mtmd_pending",
+        "mtmd_batch_max_tokens",
         type=v.integer,
         metavar="N",
         env="LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
         group=SERVER,
-        feature=MULTIMODAL,
-        inert=(1024,),
-        help="most image tokens per encoding batch",
+        help="most image tokens per encoding batch (default: 1024)",
     ),
     row(
         "--video-fps",
-        "mtmd_pending",
+        "video_fps",
         type=v.number,
         metavar="N",
         env="LLAMA_ARG_VIDEO_FPS",
         group=SERVER,
-        feature=MULTIMODAL,
-        inert=(4.0,),
-        help="video frames per second",
+        help="video frames sampled per second (default: 4.0; <= 0: the video's own rate)",
     ),
     row(
         "--video-timestamp-interval",
-        "mtmd_pending",
+        "video_timestamp_interval_ms",
         type=v.integer,
         metavar="N",
         env="LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL",
         group=SERVER,
-        feature=MULTIMODAL,
-        inert=(5000,),
-        help="milliseconds between video timestamps",
+        help="milliseconds between the text timestamps put between video frames (default: 5000; <= 0: none)",
     ),
     row(
         "--video-ffmpeg-dir",
-        "mtmd_pending",
+        "video_ffmpeg_dir",
         metavar="DIR",
         env="LLAMA_ARG_VIDEO_FFMPEG_DIR",
         group=SERVER,
-        feature=MULTIMODAL,
-        help="where ffmpeg and ffprobe are",
+        help="the folder holding ffmpeg and ffprobe (default: found on PATH)",
     ),
     row(
         "-a --alias",

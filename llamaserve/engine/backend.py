@@ -121,6 +121,11 @@ class MediaTokenizer(Protocol):
     def audio(self) -> bool: ...
 
     @property
+    def video(self) -> bool:
+        """Videos are taken (as sampled frames): vision, and a libmtmd built with video support."""
+        ...
+
+    @property
     def marker(self) -> str:
         """The text that stands for one media item in a prompt."""
         ...

@@ -179,11 +179,15 @@ class Context:
         batch.n_tokens = len(rows)
         return int(C.llama_decode(self.handle, batch))
 
-    def decode_embd(self, rows: list[tuple[np.ndarray, int, int]], *, non_causal: bool) -> int:
+    def decode_embd(
+        self, rows: list[tuple[np.ndarray, int, int]], *, non_causal: bool, sections: np.ndarray | None = None
+    ) -> int:
         """Decode rows of (embedding, pos, seq_id), no logits: media placed in the KV cache.
 
         ``non_causal``: the rows attend to each other both ways, as projectors such as
         gemma3's expect of an image's embeddings (llama.cpp's causal flag, restored after).
+        ``sections``: M-RoPE models (Qwen2-VL family) place each embedding at four positions
+        (time, row, column, extra), one (n_rows, 4) array; the pos of ``rows`` is then unused.
         """
         if self._embd_batch is None:
             self._embd_batch = C.llama_batch_init(self.n_batch, self.n_embd, 1)
@@ -196,12 +200,22 @@ class Context:
             batch.pos[i] = p
             batch.seq_id[i][0] = seq
             batch.logits[i] = 0
-        batch.n_tokens = len(rows)
+        n = len(rows)
+        batch.n_tokens = n
+        # The batch's own buffer, by address: a pointer field read from a ctypes struct is a view
+        # of the field, which the assignment below would change too.
+        own_pos = ctypes.cast(batch.pos, ctypes.c_void_p).value or 0
+        if sections is not None:
+            # llama.cpp reads an embeddings batch's positions section-major (pos[j*n + i]), four
+            # per row, from the batch's pos pointer: a buffer of our own stands in for this call.
+            flat = np.ascontiguousarray(sections[:n].T, dtype=np.int32).reshape(-1)  # alive until decoded
+            batch.pos = flat.ctypes.data_as(ctypes.POINTER(C.llama_pos))
         if non_causal:
             C.llama_set_causal_attn(self.handle, False)
         try:
             return int(C.llama_decode(self.handle, batch))
         finally:
+            batch.pos = ctypes.cast(own_pos, ctypes.POINTER(C.llama_pos))  # llama_batch_free frees it
             if non_causal:
                 C.llama_set_causal_attn(self.handle, True)
 

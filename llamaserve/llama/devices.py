@@ -140,6 +140,21 @@ def pick_devices(spec: str) -> list[Device]:
     return out
 
 
+def pick_projector_device(spec: str) -> Device | None:
+    """`-mmdev NAME` → that GPU; `none` → None (the projector stays on the CPU). One device
+    only, never the CPU itself: llama-server's own rule (`invalid device: CPU`)."""
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if names == ["none"]:
+        return None
+    if len(names) != 1:
+        raise DeviceError("--mmproj-device: only one device may be specified for mmproj")
+    known = {d.name: d for d in offload_devices()}
+    if names[0] not in known:
+        available = ", ".join(known) or "none in this build"
+        raise DeviceError(f"--mmproj-device: invalid device: {names[0]} (available: {available})")
+    return known[names[0]]
+
+
 def buffer_types() -> dict[str, int]:
     """Every buffer type `-ot` may name: each device's own, its host buffer, and the CPU's extras."""
     out: dict[str, int] = {}

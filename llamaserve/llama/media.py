@@ -27,6 +27,17 @@ class Encoded:
     media_id: str
     embeddings: np.ndarray  # (n_tokens, n_embd) float32
     non_causal: bool
+    n_pos: int = 0  # positions the media takes in its sequence; 0: one per embedding
+    # M-RoPE (Qwen2-VL family): each row's four positions for the media at position 0, and
+    # their gain per position it starts further on (see `Projector._sections`).
+    sections: np.ndarray | None = None
+    section_steps: np.ndarray | None = None
+
+    def positions(self, k: int, base: int) -> np.ndarray:
+        """Row k's four M-RoPE positions for the media placed at ``base``."""
+        assert self.sections is not None and self.section_steps is not None
+        row: np.ndarray = self.sections[k] + base * self.section_steps[k]
+        return row
 
 
 class MediaStore:
@@ -42,6 +53,9 @@ class MediaStore:
         # number is never handed to a different media: the same placeholders always mean the
         # same content, and an evicted media that comes back gets its old number again.
         self._owner: dict[int, str] = {}
+        # (n_tokens, n_pos) of each slot number ever given, kept like _owner: the positions of
+        # text after a media in a KV sequence depend on it after the embeddings are gone.
+        self._shape: dict[int, tuple[int, int]] = {}
         self._bytes = 0
         self.encodes = 0  # encoder passes so far (tests and /metrics-style checks)
 
@@ -68,6 +82,8 @@ class MediaStore:
                     raise MediaError("this server has seen too many distinct media; restart it")
             self._by_slot[slot] = entry
             self._slot_of[entry.media_id] = slot
+            n_tokens = len(entry.embeddings)
+            self._shape[slot] = (n_tokens, entry.n_pos or n_tokens)
             self._bytes += entry.embeddings.nbytes
             while self._bytes > self.max_bytes and len(self._by_slot) > 1:
                 _, old = self._by_slot.popitem(last=False)
@@ -77,12 +93,22 @@ class MediaStore:
 
     def row(self, token: int) -> tuple[np.ndarray, bool] | None:
         """The embedding a placeholder stands for, and whether its media wants full attention."""
+        found = self.entry(token)
+        return None if found is None else (found[0].embeddings[found[1]], found[0].non_causal)
+
+    def entry(self, token: int) -> tuple[Encoded, int] | None:
+        """The encoded media a placeholder names, and which of its rows."""
         slot, k = media_slot(token)
         with self._lock:
             entry = self._by_slot.get(slot)
         if entry is None or k >= len(entry.embeddings):
             return None
-        return entry.embeddings[k], entry.non_causal
+        return entry, k
+
+    def shape(self, token: int) -> tuple[int, int] | None:
+        """(n_tokens, n_pos) of the media a placeholder names, known even after its entry is dropped."""
+        with self._lock:
+            return self._shape.get(media_slot(token)[0])
 
 
 class MediaPrompter:
@@ -99,6 +125,10 @@ class MediaPrompter:
     @property
     def audio(self) -> bool:
         return self.projector.audio
+
+    @property
+    def video(self) -> bool:
+        return self.projector.video
 
     @property
     def marker(self) -> str:
@@ -118,7 +148,16 @@ class MediaPrompter:
                 if slot is None:
                     embd = self.projector.encode(chunk)
                     self.store.encodes += 1
-                    slot = self.store.put(Encoded(chunk.media_id, embd, chunk.non_causal))
+                    slot = self.store.put(
+                        Encoded(
+                            chunk.media_id,
+                            embd,
+                            chunk.non_causal,
+                            n_pos=chunk.n_pos,
+                            sections=chunk.sections,
+                            section_steps=chunk.section_steps,
+                        )
+                    )
                 tokens += [media_token(slot, k) for k in range(chunk.n_tokens)]
             return tokens
         finally:

@@ -12,6 +12,7 @@ from llamaserve.llama.logprobs import token_logprob
 from llamaserve.llama.lora import LoraAdapter, apply_scales
 from llamaserve.llama.media import MediaStore
 from llamaserve.llama.model import Model
+from llamaserve.llama.positions import MediaPositions
 from llamaserve.llama.sampler import SamplerChain
 
 
@@ -48,6 +49,7 @@ class LlamaRunner:
         *,
         special: bool = False,
         media: MediaStore | None = None,
+        mrope: bool = False,
         attention_tile_rows: int = 0,
     ) -> None:
         self.model = model
@@ -62,6 +64,9 @@ class LlamaRunner:
         self.n_seq_max = context.settings.n_seq_max
         # Encoded media that prompt placeholders (negative tokens) name; None without --mmproj.
         self.media = media
+        # M-RoPE projectors: media take fewer positions than cells, so the engine's cell numbers
+        # are turned into model positions here (llama/positions.py); None: they are the same.
+        self.positions = MediaPositions() if mrope and media is not None else None
         # ggml's CPU flash-attention tile (llama/context.cpu_flash_attention_tile); 0: none.
         self.attention_tile_rows = attention_tile_rows
 
@@ -80,6 +85,7 @@ class LlamaRunner:
         if self.media is None or all(row.tokens[0] >= 0 for row in plan if row.tokens):
             return plan, None, 0, {}
         rows: list[tuple[np.ndarray, int, int]] = []
+        sections: list[np.ndarray] = []
         non_causal = False
         text: list[PlanRow] = []
         failed: dict[int, str] = {}
@@ -90,15 +96,22 @@ class LlamaRunner:
             if row.samplers or row.targets is not None:
                 failed[index] = "a prompt cannot end with media, nor ask for prompt log-probabilities with media"
                 continue
-            found = [self.media.row(tok) if tok < 0 else None for tok in row.tokens]
+            found = [self.media.entry(tok) if tok < 0 else None for tok in row.tokens]
             if any(f is None for f in found):
                 failed[index] = "an image or audio of this prompt is no longer in the media store; send it again"
                 continue
-            for i, (vec, nc) in enumerate(f for f in found if f is not None):
-                rows.append((vec, row.start_pos + i, row.seq_id))
-                non_causal = non_causal or nc
+            for i, (entry, k) in enumerate(f for f in found if f is not None):
+                cell = row.start_pos + i
+                rows.append((entry.embeddings[k], cell, row.seq_id))
+                non_causal = non_causal or entry.non_causal
+                if self.positions is not None:
+                    if k == 0:
+                        self.positions.note(row.seq_id, cell, len(entry.embeddings), entry.n_pos)
+                    sections.append(entry.positions(k, self.positions.position(row.seq_id, cell - k)))
         if rows:
-            code = self.context.decode_embd(rows, non_causal=non_causal)
+            code = self.context.decode_embd(
+                rows, non_causal=non_causal, sections=np.stack(sections) if sections else None
+            )
             if code != 0:
                 return plan, f"llama_decode failed with code {code} (media)", code, {}
         return text, None, 0, failed
@@ -146,8 +159,12 @@ class LlamaRunner:
             last = len(row.tokens) - 1
             wants = bool(row.samplers)
             every = row.targets is not None or bool(row.draft)
+            start = row.start_pos
+            if self.positions is not None:
+                self.positions.forget(row.seq_id, start)
+                start = self.positions.position(row.seq_id, start)
             for i, tok in enumerate(row.tokens):
-                rows.append((tok, row.start_pos + i, row.seq_id, every or (wants and i == last)))
+                rows.append((tok, start + i, row.seq_id, every or (wants and i == last)))
             sample_at.append(len(rows) - 1)
         code = self.context.decode(rows)
         if code != 0:
@@ -186,14 +203,19 @@ class LlamaRunner:
         return Sample(token, lp)
 
     def seq_copy(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        # With M-RoPE only whole sequences are copied (n > 1 choices): shares_cells is off.
         self.context.seq_copy(src, dst, p0, p1)
+        if self.positions is not None:
+            self.positions.copy(src, dst)
 
     @property
     def shares_cells(self) -> bool:
-        return not self.context.sharing_note
+        return not self.sharing_note
 
     @property
     def sharing_note(self) -> str:
+        if self.positions is not None:
+            return "an M-RoPE projector places media at fewer positions than cells"
         return self.context.sharing_note
 
     def set_lora(self, scales: tuple[float, ...]) -> None:
@@ -203,6 +225,11 @@ class LlamaRunner:
             self._lora = scales
 
     def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None:
+        if self.positions is not None:
+            at = self.positions.position
+            p0, p1, cell = at(seq_id, p0), (at(seq_id, p1) if p1 >= 0 else p1), p0
+            if p1 < 0:
+                self.positions.forget(seq_id, cell)
         self.context.seq_remove(seq_id, p0, p1)
 
     def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
@@ -210,19 +237,27 @@ class LlamaRunner:
 
     @property
     def can_shift(self) -> bool:
-        return self.context.can_shift
+        # M-RoPE: a cell's position depends on the media before it; cells are not slid around.
+        return self.context.can_shift and self.positions is None
 
     def seq_state(self, seq_id: int) -> bytearray:
         return self.context.seq_state(seq_id)
 
-    def set_seq_state(self, seq_id: int, data: SeqState) -> bool:
-        return self.context.set_seq_state(seq_id, data)
+    def set_seq_state(self, seq_id: int, data: SeqState, tokens: list[int]) -> bool:
+        done = self.context.set_seq_state(seq_id, data)
+        if done and self.positions is not None and self.media is not None:
+            self.positions.rebuild(seq_id, tokens, self.media.shape)
+        return done
 
     def save_seq_file(self, path: str, seq_id: int, tokens: list[int]) -> int:
         return self.context.save_seq_file(path, seq_id, tokens)
 
     def load_seq_file(self, path: str, seq_id: int) -> tuple[int, list[int]]:
-        return self.context.load_seq_file(path, seq_id, self.n_ctx_seq)
+        n_read, tokens = self.context.load_seq_file(path, seq_id, self.n_ctx_seq)
+        if self.positions is not None and self.media is not None:
+            # Media of a file are dropped by the engine (engine/kv/files.py); the text before them counts.
+            self.positions.rebuild(seq_id, tokens, self.media.shape)
+        return n_read, tokens
 
     def piece(self, token: int, *, special: bool = False) -> bytes:
         return self.model.piece(token, special=self.special or special)

@@ -1,4 +1,4 @@
-"""Images and audio in requests: found in the messages, loaded, and tokenized with the prompt.
+"""Images, audio and video in requests: found in the messages, loaded, and tokenized with the prompt.
 
 Sources, as llama-server takes them (server-common.cpp's ``handle_media``): a ``data:``
 URI (image/, audio/ or video/ with base64), raw base64, ``file://`` under
@@ -9,6 +9,10 @@ fetch has a size cap, a timeout and follows at most a few redirects, each to htt
 every hop's host must resolve to public addresses only (``llamaserve/outbound.py``):
 loopback and private ones only with ``LLAMASERVE_REMOTE_MEDIA=private``, link-local and
 cloud metadata addresses never.
+
+A video (``input_video``, or OpenAI's ``video_url``) is one media item like an image: the
+projector's library samples its frames with ffmpeg (``--video-fps``) and puts text timestamps
+between them (``--video-timestamp-interval``), as llama-server does.
 
 Every failure is a 400 naming the content part (``messages.0.content.1: ...``).
 """
@@ -40,13 +44,14 @@ from llamaserve.serving.runtime import ModelRuntime
 MAX_MEDIA_BYTES = 10 * 1024 * 1024  # llama-server's download cap, here for every source
 FETCH_TIMEOUT = 10.0  # seconds, as llama-server
 MAX_REDIRECTS = 3
-AUDIO_FORMATS = ("wav", "mp3")  # input_audio.format, checked against the data's own header
+AUDIO_FORMATS = ("wav", "mp3", "flac")  # input_audio.format, checked against the data's own header
+MODALITY = {"image": "vision", "audio": "audio", "video": "video"}
 
 
 @dataclass(frozen=True)
 class MediaRef:
     where: str  # the part's place in the request, for error messages
-    kind: str  # "image" | "audio"
+    kind: str  # "image" | "audio" | "video" | "media" (a prompt object's item: known once decoded)
     url: str  # a data URI, raw base64, file:// or http(s)://
     audio_format: str | None = None
 
@@ -68,11 +73,27 @@ def _part_ref(part: dict[str, Any], where: str) -> MediaRef | None:
             raise APIError(f"{where}: input_audio needs a base64 'data' string")
         fmt = audio.get("format")
         if fmt is not None and fmt not in AUDIO_FORMATS:
-            raise APIError(f"{where}: input_audio format '{fmt}' is not supported (wav or mp3)")
+            raise APIError(f"{where}: input_audio format '{fmt}' is not supported (wav, mp3 or flac)")
         return MediaRef(where, "audio", data, fmt)
     if kind in ("input_video", "video_url"):
-        raise APIError(f"{where}: video input is not supported")
+        # llama-server reads {"data": ...} or {"url": ...} under either key.
+        video = part.get(kind)
+        url = video.get("data", video.get("url")) if isinstance(video, dict) else video
+        if not isinstance(url, str) or not url:
+            raise APIError(f"{where}: {kind} needs a 'url' or 'data' string")
+        return MediaRef(where, "video", url)
     return None
+
+
+def content_media(content: list[Any], where: str) -> list[MediaRef]:
+    """The media parts of one content array (``where``: its place in the request)."""
+    refs: list[MediaRef] = []
+    for j, part in enumerate(content):
+        if isinstance(part, dict):
+            ref = _part_ref(part, f"{where}.{j}")
+            if ref is not None:
+                refs.append(ref)
+    return refs
 
 
 def chat_media(messages: list[Any]) -> list[MediaRef]:
@@ -94,7 +115,7 @@ def require_modalities(rt: ModelRuntime, refs: list[MediaRef]) -> None:
     """A 400 naming what the model accepts when a part is of a kind it does not take."""
     have = rt.modalities
     for ref in refs:
-        if not have["vision" if ref.kind == "image" else "audio"]:
+        if ref.kind in MODALITY and not have[MODALITY[ref.kind]]:
             accepted = ", ".join(["text"] + [k for k, on in have.items() if on])
             hint = " (start the server with --mmproj to add a projector)" if rt.media is None else ""
             raise APIError(
@@ -118,7 +139,7 @@ def _data_uri(url: str, where: str) -> bytes:
     if not sep:
         raise APIError(f"{where}: invalid data URI (no ',')")
     if not head.startswith(("data:image/", "data:audio/", "data:video/")):
-        raise APIError(f"{where}: invalid data URI type '{head[5:] or '?'}' (image/*, audio/* expected)")
+        raise APIError(f"{where}: invalid data URI type '{head[5:] or '?'}' (image/*, audio/*, video/* expected)")
     if not head.endswith(";base64"):
         raise APIError(f"{where}: the data URI must be base64 encoded")
     return _decode_base64(body, where)
@@ -184,6 +205,8 @@ def _check_audio_format(data: bytes, ref: MediaRef) -> None:
         data[:3] == b"ID3" or (len(data) > 1 and data[0] == 0xFF and data[1] >= 0xE0)
     ):
         raise APIError(f"{ref.where}: input_audio says format 'mp3' but the data is not an MP3 file")
+    if ref.audio_format == "flac" and data[:4] != b"fLaC":
+        raise APIError(f"{ref.where}: input_audio says format 'flac' but the data is not a FLAC file")
 
 
 async def load(rt: ModelRuntime, ref: MediaRef) -> bytes:

@@ -59,9 +59,13 @@ class ModelRuntime:
 
     @property
     def modalities(self) -> dict[str, bool]:
-        """What the model takes besides text, as /props reports it (no video input yet)."""
+        """What the model takes besides text, as /props reports it."""
         media = self.media
-        return {"vision": bool(media and media.vision), "video": False, "audio": bool(media and media.audio)}
+        return {
+            "vision": bool(media and media.vision),
+            "video": bool(media and media.video),
+            "audio": bool(media and media.audio),
+        }
 
     @property
     def alias(self) -> str:

@@ -85,7 +85,7 @@ SERVES: dict[str, list[str]] = {
     ],
 }
 REFUSES: dict[str, tuple[list[str], str]] = {
-    "multimodal video": (["-mmdev", "CPU", "--video-fps", "2"], "multimodal"),
+    "backend sampling": (["--backend-sampling"], "backend sampling"),
 }
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.media_files import png, wav_tone
+from tests.media_files import flac, png, video_clip, wav_tone
 from tests.models.mmproj import omni_projector
 from tests.server.conftest import RunningServer, start_server, stop_server
 
@@ -44,6 +44,7 @@ def projector(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def mm(model_path: str, projector: Path, media_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     args = ["-m", model_path, "-mm", str(projector), "-c", "8192", "-np", "4", "--media-path", str(media_dir)]
+    args += ["--video-fps", "2", "--video-timestamp-interval", "1000"]  # 2 frames a second, a timestamp each second
     server: RunningServer = start_server(args, tmp_path_factory.mktemp("mm-server"))
     try:
         yield server.url
@@ -69,7 +70,7 @@ def ok(r: httpx.Response) -> dict[str, Any]:
 
 def test_props_and_models_report_what_the_model_takes(mm: str) -> None:
     props = ok(HTTP.get(f"{mm}/props"))
-    assert props["modalities"] == {"vision": True, "video": False, "audio": True}
+    assert props["modalities"] == {"vision": True, "video": True, "audio": True}
     assert props["media_marker"].startswith("<__media_")
     models = ok(HTTP.get(f"{mm}/v1/models"))
     assert models["data"][0]["architecture"]["input_modalities"] == ["text", "image", "audio"]
@@ -253,3 +254,53 @@ def test_text_only_model_refuses_media_naming_its_modalities(base_url: str) -> N
     assert error["modalities"] == {"vision": False, "video": False, "audio": False}
     r = HTTP.post(f"{base_url}/v1/audio/transcriptions", files={"file": ("a.wav", wav_tone(0.1), "audio/wav")})
     assert r.status_code == 501 and "does not support audio input" in r.json()["error"]["message"]
+
+
+def _prompt_n(r: httpx.Response) -> int:
+    timings = ok(r)["timings"]
+    return int(timings["prompt_n"] + timings["cache_n"])
+
+
+def test_a_video_is_its_frames_at_the_servers_fps_with_timestamps(mm: str) -> None:
+    """--video-fps 2 over a 2 s clip: 4 frames, each IMAGE_TOKENS like an image, after mtmd's
+    "Video:", and --video-timestamp-interval 1000: "[0m0.00s]" after the first frame and
+    "[0m1.00s]" after the third (llama-server's helper writes the same text)."""
+    clip = video_clip(seconds=2.0, size=(32, 32))
+    video = {"type": "input_video", "input_video": {"url": data_uri(clip, "video/mp4")}}
+    frames = [{"type": "image_url", "image_url": {"url": data_uri(png(16, 16, seed=i))}} for i in range(4)]
+    question = {"type": "text", "text": "What happens?"}
+
+    def prompt_n(content: list[dict[str, Any]]) -> int:
+        body = {"messages": [{"role": "user", "content": content}], "max_tokens": 1, "cache_prompt": False}
+        return _prompt_n(HTTP.post(f"{mm}/v1/chat/completions", json=body))
+
+    stamps = sum(
+        len(ok(HTTP.post(f"{mm}/tokenize", json={"content": t, "add_special": False}))["tokens"])
+        for t in ("Video:", "[0m0.00s]", "[0m1.00s]")
+    )
+    assert prompt_n([video, question]) == prompt_n([*frames, question]) + stamps
+    # OpenAI's spelling, {"video_url": {"url": ...}}, is the same video.
+    alias = {"type": "video_url", "video_url": {"url": data_uri(clip, "video/mp4")}}
+    assert prompt_n([alias, question]) == prompt_n([video, question])
+
+
+def test_a_video_that_is_not_one_is_a_400(mm: str) -> None:
+    video = {"type": "input_video", "input_video": {"url": data_uri(b"not a video at all", "video/mp4")}}
+    body = {"messages": [{"role": "user", "content": [video, {"type": "text", "text": "?"}]}], "max_tokens": 1}
+    r = HTTP.post(f"{mm}/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("messages.0.content.0: ")
+
+
+def test_flac_audio_is_the_same_audio_as_wav(mm: str) -> None:
+    wav = wav_tone(1.0, freq=330.0)
+
+    def prompt_n(data: bytes, fmt: str) -> int:
+        part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": fmt}}
+        content = [{"type": "text", "text": "Hear:"}, part, {"type": "text", "text": "?"}]
+        body = {"messages": [{"role": "user", "content": content}], "max_tokens": 1, "cache_prompt": False}
+        return _prompt_n(HTTP.post(f"{mm}/v1/chat/completions", json=body))
+
+    assert prompt_n(flac(wav), "flac") == prompt_n(wav, "wav") > AUDIO_TOKENS
+    part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "flac"}}
+    r = HTTP.post(f"{mm}/v1/chat/completions", json={"messages": [{"role": "user", "content": [part]}]})
+    assert r.status_code == 400 and "not a FLAC file" in r.json()["error"]["message"]

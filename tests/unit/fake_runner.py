@@ -206,10 +206,11 @@ class FakeRunner:
     def seq_state(self, seq_id: int) -> bytes:
         return json.dumps(self.cells[seq_id]).encode()
 
-    def set_seq_state(self, seq_id: int, data: bytes) -> bool:
+    def set_seq_state(self, seq_id: int, data: bytes, tokens: list[int]) -> bool:
         assert not self.cells[seq_id], "state restored into a sequence that is not empty"
         self.states_set += 1
         self.kv += [FakeCell(p, t, {seq_id}) for p, t in json.loads(data)]
+        assert [t for _, t in sorted(json.loads(data))] == tokens, "the tokens given are not the state's"
         return True
 
     def save_seq_file(self, path: str, seq_id: int, tokens: list[int]) -> int:

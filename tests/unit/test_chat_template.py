@@ -463,11 +463,12 @@ def test_normalize_options() -> None:
     message = [{"role": "user", "content": parts}]
     with pytest.raises(TemplateError, match="unsupported content part type: 'image_url'"):
         normalize_messages(message)
-    assert normalize_messages(message, media_marker="<__media__>")[0]["content"] == ("look\n<__media__>")
-    assert normalize_messages(message, concat_text_parts=False, media_marker="<m>")[0]["content"] == [
-        {"type": "text", "text": "look"},
-        {"type": "text", "text": "<m>"},
-    ]
+    # llama-server's joining: a newline between text parts, none next to a media marker; content
+    # with media is one string even for templates that take typed parts.
+    assert normalize_messages(message, media_marker="<__media__>")[0]["content"] == "look<__media__>"
+    assert normalize_messages(message, concat_text_parts=False, media_marker="<m>")[0]["content"] == "look<m>"
+    more = [{"role": "user", "content": [*parts, {"type": "text", "text": "then"}, {"type": "text", "text": "more"}]}]
+    assert normalize_messages(more, media_marker="<m>")[0]["content"] == "look<m>then\nmore"
     null = [{"role": "assistant", "content": None}]
     assert normalize_messages(null, null_content_as_empty=True)[0]["content"] == ""
     call = {"function": {"name": "f", "arguments": '{"x": 1}'}}
@@ -483,4 +484,4 @@ def test_media_marker_is_a_template_setting() -> None:
     with pytest.raises(TemplateError, match="unsupported content part type"):
         ChatTemplate(CHATML_TEMPLATE).render(messages)
     prompt = ChatTemplate(CHATML_TEMPLATE, media_marker="<__media__>").render(messages)
-    assert "<|im_start|>user\nWhat is this?\n<__media__><|im_end|>\n" in prompt
+    assert "<|im_start|>user\nWhat is this?<__media__><|im_end|>\n" in prompt  # no newline next to it

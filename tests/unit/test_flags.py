@@ -188,7 +188,7 @@ def test_presets_set_the_repo_and_settings_and_flags_after_them_win() -> None:
 @pytest.mark.parametrize(
     ("argv", "feature"),
     [
-        (["--mmproj-device", "CPU"], "multimodal"),
+        (["--backend-sampling"], "backend sampling"),
     ],
 )
 def test_flags_of_features_not_built_yet_exit_1_naming_the_feature(
@@ -246,6 +246,16 @@ def test_the_spec_presets_name_a_target_and_a_draft_repo() -> None:
     assert parsed.values["spec.draft_hf_repo"] == "ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF"
     assert parsed.values["spec.draft_hf_file"] == "qwen2.5-coder-0.5b-q8_0.gguf"
     assert parsed.values["spec.types"] == ("draft-simple",)
+
+
+def test_multimodal_flags_reach_the_config(model_file: str) -> None:
+    argv = ["-m", model_file, "-mmdev", "none", "--mtmd-batch-max-tokens", "256", "--video-fps", "2.5"]
+    argv += ["--video-timestamp-interval", "1000", "--video-ffmpeg-dir", "/opt/ffmpeg/bin"]
+    cfg = config_from_args(argv, environ={})
+    assert (cfg.mmproj_device, cfg.mtmd_batch_max_tokens) == ("none", 256)
+    assert (cfg.video_fps, cfg.video_timestamp_interval_ms, cfg.video_ffmpeg_dir) == (2.5, 1000, "/opt/ffmpeg/bin")
+    cfg = config_from_args(["-m", model_file], environ={"MTMD_BACKEND_DEVICE": "none", "LLAMA_ARG_VIDEO_FPS": "1"})
+    assert (cfg.mmproj_device, cfg.video_fps) == ("none", 1.0)
 
 
 def test_rpc_servers_reach_the_load_settings(model_file: str) -> None:
@@ -308,3 +318,19 @@ def test_a_bad_value_exits_1_naming_the_flag() -> None:
     assert out.returncode == 1 and '"--prio"' in out.stderr
     out = _run("--threads")
     assert out.returncode == 1 and "expected value" in out.stderr
+
+
+def test_mmproj_device_takes_one_gpu_or_none_never_the_cpu() -> None:
+    """llama-server's -mmdev: "none" keeps the projector off the GPU; a CPU or unknown name is
+    "invalid device"; two names are refused."""
+    from llamaserve.llama.devices import DeviceError, offload_devices, pick_projector_device
+
+    assert pick_projector_device("none") is None
+    for bad in ("CPU", "nosuchgpu"):
+        with pytest.raises(DeviceError, match=f"invalid device: {bad}"):
+            pick_projector_device(bad)
+    with pytest.raises(DeviceError, match="only one device"):
+        pick_projector_device("A,B")
+    for dev in offload_devices():  # a GPU build: each GPU by its name
+        picked = pick_projector_device(dev.name)
+        assert picked is not None and picked.name == dev.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -44,11 +45,15 @@ def test_prompt_objects_and_mixes() -> None:
 
 
 def test_embedding_inputs_take_mixed_and_content_forms() -> None:
-    rt: Any = SimpleNamespace(model=Vocab())
+    rt: Any = SimpleNamespace(model=Vocab(), media=None)
+
+    def inputs(raw: Any) -> list[list[int]]:
+        return asyncio.run(_inputs(rt, raw))
+
     parts = {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
-    assert _inputs(rt, parts) == _inputs(rt, "ab")  # the parts are the string, joined
-    assert len(_inputs(rt, ["x", [5, 6], {"prompt_string": "y"}, parts])) == 4
-    assert _inputs(rt, [5, "a"]) == [[5, 97]]
+    assert inputs(parts) == inputs("ab")  # the parts are the string, joined
+    assert len(inputs(["x", [5, 6], {"prompt_string": "y"}, parts])) == 4
+    assert inputs([5, "a"]) == [[5, 97]]
     for bad in ([], {"content": "a"}, {"content": [{"type": "unknown"}]}, {"content": [{"type": "image_url"}]}):
         with pytest.raises(APIError):
-            _inputs(rt, bad)
+            inputs(bad)

@@ -85,7 +85,7 @@ class SlotKV:
             # A restore copies a whole state into new cells; sharing copies nothing, so it wins a tie.
             if entry is not None and n > keep and shareable(prompt, n) > n_live:
                 self._truncate(slot, 0)
-                if self.runner.set_seq_state(slot.id, entry.state):
+                if self.runner.set_seq_state(slot.id, entry.state, entry.tokens):
                     slot.cache_tokens = list(entry.tokens)
                     keep = restored = n
                     self.stats.prompt_cache_hits += 1
@@ -108,7 +108,11 @@ class SlotKV:
         if reuse and min_chunk > 0 and keep < len(slot.cache_tokens) and self.runner.can_shift and movable:
             keep = self._move_chunks(slot, prompt, keep, min_chunk)
         keep = min(keep, len(prompt) - 1)  # the last prompt token is decoded again for its logits
-        keep = pad_prefill(keep, len(prompt), self.policy.prefill_tile_rows)
+        padded = pad_prefill(keep, len(prompt), self.policy.prefill_tile_rows)
+        # Never part of a media again: its rows belong together (full attention among them,
+        # or one shared position with M-RoPE), so only text is decoded twice.
+        if not any(token < 0 for token in prompt[padded:keep]):
+            keep = padded
         self._truncate(slot, keep)
         slot.cache_hashes = prompt_hashes[: keep // BLOCK]  # the slot now holds prompt[:keep]
         self.sharing.note(slot)

@@ -214,9 +214,10 @@ class PrefixSharing:
         can be moved without moving another sequence's. False: the copy found no room and the
         slot's cells are gone (its cache is cleared)."""
         state = self.runner.seq_state(slot.id)
+        tokens = list(slot.cache_tokens)
         self.runner.seq_remove(slot.id, 0, -1)
         self.cut(slot, 0)
-        if self.runner.set_seq_state(slot.id, state):
+        if self.runner.set_seq_state(slot.id, state, tokens):
             return True
         self.runner.seq_remove(slot.id, 0, -1)
         slot.cache_tokens.clear()

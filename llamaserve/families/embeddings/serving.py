@@ -11,6 +11,7 @@ import numpy as np
 from llamaserve.engine.backend import Embedder, EmbedError
 from llamaserve.errors import APIError
 from llamaserve.families.embeddings.protocol import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
+from llamaserve.serving import media
 from llamaserve.serving.params import prompt_tokens
 from llamaserve.serving.runtime import ModelRuntime
 
@@ -53,12 +54,12 @@ def _counted(rt: ModelRuntime, embedder: Embedder, inputs: list[list[int]]) -> l
     return out
 
 
-MEDIA_PARTS = ("image_url", "input_audio", "input_video")
+MEDIA_PARTS = ("image_url", "input_audio", "input_video", "video_url")
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: Any, marker: str | None) -> str:
     """OpenAI content parts ({"content": [{"type": "text", ...}]}) as one text, as llama-server
-    joins them; media parts are refused while only text models load."""
+    joins them, each media part a media marker (``marker`` None: no projector, media refused)."""
     if not isinstance(content, list):
         raise APIError('"content" must be an array')
     text = ""
@@ -67,10 +68,34 @@ def _content_text(content: Any) -> str:
         if kind == "text" and isinstance(part.get("text", ""), str):
             text += part.get("text", "")
         elif kind in MEDIA_PARTS:
-            raise APIError(f"{kind}: this model does not support multimodal input")
+            if marker is None:
+                raise APIError(f"{kind}: this model does not support multimodal input (start it with --mmproj)")
+            text += marker
         else:
             raise APIError(f"content: unsupported part type {kind!r}")
     return text
+
+
+async def _media_entry_tokens(rt: ModelRuntime, item: dict[str, Any], where: str) -> list[int]:
+    """An input with media: loaded, encoded by the projector, and tokenized with its text as
+    llama-server does (special tokens parsed, as mtmd's tokenizer always does)."""
+    assert rt.media is not None
+    if "multimodal_data" in item:
+        return await media.prompt_object_tokens(rt, item)
+    content = item["content"]
+    prompt = _content_text(content, rt.media.marker)
+    refs = media.content_media(content, f"{where}.content")
+    blobs = await media.load_all(rt, refs)
+    return await media.tokenize(rt, prompt, blobs, refs, add_special=True)
+
+
+def _has_media(item: Any) -> bool:
+    if not isinstance(item, dict):
+        return False
+    if "multimodal_data" in item:
+        return True
+    content = item.get("content")
+    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in MEDIA_PARTS for p in content)
 
 
 def _entry_tokens(rt: ModelRuntime, item: Any) -> list[int]:
@@ -78,12 +103,12 @@ def _entry_tokens(rt: ModelRuntime, item: Any) -> list[int]:
     if isinstance(item, str):
         return rt.model.tokenize(item, add_special=True, parse_special=False)
     if isinstance(item, dict) and "content" in item:
-        return rt.model.tokenize(_content_text(item["content"]), add_special=True, parse_special=False)
+        return rt.model.tokenize(_content_text(item["content"], None), add_special=True, parse_special=False)
     # token ids, a mix of ids and text, or a prompt_string object: the completion forms
     return prompt_tokens(rt.model, item)
 
 
-def _inputs(rt: ModelRuntime, raw: Any) -> list[list[int]]:
+async def _inputs(rt: ModelRuntime, raw: Any) -> list[list[int]]:
     """llama-server's prompt shapes (text, token ids, mixes, prompt_string objects, or a list of
     them) plus OpenAI content objects."""
     if isinstance(raw, list) and not any(isinstance(t, int) and not isinstance(t, bool) for t in raw):
@@ -97,8 +122,11 @@ def _inputs(rt: ModelRuntime, raw: Any) -> list[list[int]]:
     if len(items) > MAX_INPUTS:
         raise APIError(f"input: at most {MAX_INPUTS} items")
     out = []
-    for item in items:
-        tokens = _entry_tokens(rt, item)
+    for i, item in enumerate(items):
+        if rt.media is not None and _has_media(item):
+            tokens = await _media_entry_tokens(rt, item, f"input.{i}")
+        else:
+            tokens = _entry_tokens(rt, item)
         if not tokens:
             raise APIError("Input content cannot be empty")
         out.append(tokens)
@@ -138,7 +166,7 @@ async def openai_embeddings(rt: ModelRuntime, req: EmbeddingRequest) -> dict[str
         # Shortening is only meaningful for models trained for it (Matryoshka); refuse rather
         # than hand back a vector that is not what the client asked for.
         raise APIError(f"dimensions: this model's embeddings have {rt.info.n_embd} dimensions and cannot be shortened")
-    inputs = _inputs(rt, req.input)
+    inputs = await _inputs(rt, req.input)
     vectors = await _embed(rt, inputs)
     data = []
     mode = _normalize_mode(rt, req.embd_normalize)
@@ -156,7 +184,7 @@ async def native_embeddings(rt: ModelRuntime, req: NativeEmbeddingRequest) -> li
     raw = req.content if req.content is not None else req.input
     if raw is None:
         raise APIError("content: required")
-    inputs = _inputs(rt, raw)
+    inputs = await _inputs(rt, raw)
     vectors = await _embed(rt, inputs)
     mode = _normalize_mode(rt, req.embd_normalize)
     out = []
