@@ -22,6 +22,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from llamaserve.sqlite_file import open_versioned
+
 log = logging.getLogger("llamaserve.usage")
 
 _SCHEMA = """
@@ -81,6 +83,9 @@ _METRICS = (
 )
 
 
+SCHEMA_VERSION = 1
+
+
 def default_usage_db() -> Path:
     """llamaserve/usage.sqlite3 in the user cache directory (XDG_CACHE_HOME or ~/.cache)."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -91,10 +96,8 @@ class UsageStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; a power cut may lose the last commit
-        self._db.execute(_SCHEMA)
+        # NORMAL: the WAL stays consistent; a power cut may lose the last commits.
+        self._db = open_versioned(path, _SCHEMA, SCHEMA_VERSION, synchronous="NORMAL")
 
     def load(self) -> Totals:
         with self._lock:

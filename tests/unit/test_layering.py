@@ -39,6 +39,8 @@ ALLOWED: dict[str, set[str]] = {
     "jsondepth": set(),
     # outbound decides which addresses a client-named URL may reach (media, the MCP proxy): a leaf.
     "outbound": set(),
+    # sqlite_file opens the SQLite files of the stores (Responses, batches, usage) alike: a leaf.
+    "sqlite_file": set(),
     # llama-server's build_info of our llama.cpp, a table by bindings release: the router reads it.
     "buildtag": set(),
     # grammar/ (JSON Schema → GBNF, patterns) is the ground floor of constrained decoding.
@@ -70,9 +72,10 @@ ALLOWED: dict[str, set[str]] = {
         "jsondepth",
         "outbound",
         "telemetry.hook",
+        "sqlite_file",
     },
     # quota/ (named keys, their limits and usage) is plain bookkeeping under the HTTP side and the edge.
-    "quota": {"config"},
+    "quota": {"config", "sqlite_file"},
     "api": {
         "serving",
         "protocol",

@@ -31,6 +31,7 @@ from typing import Any, BinaryIO, Literal
 
 from llamaserve.families.batches.lines import MAX_LINES, Line, Outcome, batch_usage, parse_input, refused
 from llamaserve.families.batches.protocol import COMPLETION_WINDOW, COMPLETION_WINDOW_S
+from llamaserve.sqlite_file import open_versioned
 
 Order = Literal["asc", "desc"]
 SCHEMA_VERSION = 1
@@ -126,20 +127,7 @@ class BatchStore:
         """The open connection, the folder and file created on first use. Hold the lock."""
         if self._conn is None:
             self.files_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            conn = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None, timeout=10.0)
-            try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-                if version > SCHEMA_VERSION:
-                    raise sqlite3.DatabaseError(
-                        f"{self.db_path} was written by a newer llamaserve (schema {version} > {SCHEMA_VERSION})"
-                    )
-                conn.executescript(_SCHEMA)
-                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            except BaseException:
-                conn.close()
-                raise
+            conn = open_versioned(self.db_path, _SCHEMA, SCHEMA_VERSION, synchronous="NORMAL")
             os.chmod(self.db_path, 0o600)
             self._conn = conn
         return self._conn

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from llamaserve.sqlite_file import open_versioned
+
 Item = dict[str, Any]
 Order = Literal["asc", "desc"]
 
@@ -160,25 +162,9 @@ class ResponseStore:
         """The open connection (opened, and the file created, on first use). Hold the lock."""
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: autocommit, with explicit BEGIN where a
-            # read must see one snapshot or a write must be atomic.
-            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10.0)
-            try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                # FULL: a response acknowledged as stored survives a power cut,
-                # not just a crash of this process (one fsync of the WAL per commit).
-                conn.execute("PRAGMA synchronous=FULL")
-                version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-                if version > SCHEMA_VERSION:
-                    raise sqlite3.DatabaseError(
-                        f"{self.path} was written by a newer llamaserve (schema {version} > {SCHEMA_VERSION})"
-                    )
-                conn.execute(_SCHEMA)
-                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
+            # FULL: a response acknowledged as stored survives a power cut, not just a crash of
+            # this process.
+            self._conn = open_versioned(self.path, _SCHEMA, SCHEMA_VERSION, synchronous="FULL")
         return self._conn
 
     def close(self) -> None:
