@@ -207,6 +207,7 @@ class RequestResult:
     server_timings: dict[str, Any] | None = None
     error: str | None = None
     text: str = ""  # the generated text (agent turns feed it into the next prompt)
+    agent_turn: int = 0  # 1-based turn of an agent conversation; 0 for every other request
 
     @property
     def ok(self) -> bool:
@@ -510,20 +511,41 @@ class Workload:
         """
         return await self.complete(self.pp_prompt(n_words), max_tokens, cache_prompt=None)
 
-    async def agent_turns(self, n: int, n_words: int, max_tokens: int) -> AsyncIterator[RequestResult]:
+    async def agent_turns(
+        self, n: int, n_words: int, max_tokens: int, session: int = 0
+    ) -> AsyncIterator[RequestResult]:
         """An agent's conversation: each turn resends everything so far plus a short tool result.
 
         A server that keeps the conversation's KV answers a follow-up after prefilling only
-        the new part; its time to first token is what an agent loop waits on.
+        the new part; its time to first token is what an agent loop waits on. ``session`` > 0
+        is one of several sessions that run at once: they share the ~1,500-token start, as a
+        team's agents share a system prompt and tool definitions, and differ in the task line
+        after it. A single session (0) starts with a number of its own, as before.
         """
-        prompt = f"{self._next_id()}. You are a coding agent. Read the file below and fix it.\n\n{long_text(n_words)}"
+        intro = f"You are a coding agent. Read the file below and fix it.\n\n{long_text(n_words)}"
+        if session:
+            prompt = f"{intro}\n\nTask {self._next_id()}: fix defect number {session} in the file."
+        else:
+            prompt = f"{self._next_id()}. {intro}"
         for i in range(n):
             r = await self.complete(prompt + "\n\nAssistant:", max_tokens, cache_prompt=None)
+            r.agent_turn = i + 1
             yield r
             if not r.ok:
                 return
-            tool_result = long_text(40, seed=i + 1)
+            tool_result = long_text(40, seed=i + 1 + 100 * session)
             prompt += f"\n\nAssistant:{r.text}\n\nTool result ({i + 1}): {tool_result}"
+
+    async def agent_sessions(self, sessions: int, n: int, n_words: int, max_tokens: int) -> list[RequestResult]:
+        """``sessions`` agent conversations at once; every turn of every session, in finishing order."""
+        done: list[RequestResult] = []
+
+        async def one(session: int) -> None:
+            async for r in self.agent_turns(n, n_words, max_tokens, session):
+                done.append(r)
+
+        await asyncio.gather(*(one(k) for k in range(1, sessions + 1)))
+        return done
 
     async def level(self, concurrency: int, per_client: int) -> LevelResult:
         results: list[RequestResult] = []
@@ -880,10 +902,18 @@ async def bench_phases(
             log_err(
                 f"  [{res.name}] agent conversation ({args.agent_turns} turns on a ~{AGENT_PROMPT_TOKENS}-token start)"
             )
-            async for turn in wl.agent_turns(args.agent_turns, words, AGENT_TURN_TOKENS):
-                res.agent_turns.append(turn)
+            if args.agent_sessions > 1:
+                log_err(f"  [{res.name}] {args.agent_sessions} sessions at once, sharing that start")
+                res.agent_turns += await wl.agent_sessions(
+                    args.agent_sessions, args.agent_turns, words, AGENT_TURN_TOKENS
+                )
                 await check_alive("agent turns")
                 yield "agent turns"
+            else:
+                async for turn in wl.agent_turns(args.agent_turns, words, AGENT_TURN_TOKENS):
+                    res.agent_turns.append(turn)
+                    await check_alive("agent turns")
+                    yield "agent turns"
 
 
 def server_command(spec: str, model: Path, port: int) -> str:
@@ -1065,7 +1095,7 @@ def flat_metrics(res: ServerResult) -> dict[str, float | None]:
     for i, r in enumerate(res.long_prompts, start=1):
         m[f"long{i}_decode"] = r.decode_tps
         m[f"long{i}_pp"] = float(v) if r.server_timings and (v := r.server_timings.get("prompt_per_second")) else None
-    follow_ups = [t for r in res.agent_turns[1:] if r.ok and (t := r.ttft) is not None]
+    follow_ups = [t for r in res.agent_turns if r.agent_turn > 1 and r.ok and (t := r.ttft) is not None]
     if res.agent_turns:
         m["agent_followup_ttft"] = median(follow_ups)
     m["failed"] = float(res.failed_requests())
@@ -1169,8 +1199,13 @@ def report_server(res: ServerResult, args: argparse.Namespace) -> str:
         lines += [md_table(["long prompt", "prompt tokens", "decode tok/s", "prompt tok/s", "result"], rows), ""]
     if res.agent_turns:
         rows = [
-            [str(i), fmt(float(r.prompt_tokens) if r.prompt_tokens else None, 0), fmt_ms(r.ttft), r.error or "ok"]
-            for i, r in enumerate(res.agent_turns, start=1)
+            [
+                str(r.agent_turn),
+                fmt(float(r.prompt_tokens) if r.prompt_tokens else None, 0),
+                fmt_ms(r.ttft),
+                r.error or "ok",
+            ]
+            for r in res.agent_turns
         ]
         lines += [md_table(["agent turn", "prompt tokens", "TTFT ms", "result"], rows), ""]
     lines.append(f"failed requests: {res.failed_requests()}")
@@ -1337,6 +1372,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=0,
         help=f"turns of an agent conversation on a ~{AGENT_PROMPT_TOKENS}-token start (TTFT of follow-ups); 0: off",
     )
+    ap.add_argument(
+        "--agent-sessions",
+        type=int,
+        default=1,
+        help="agent conversations at once, sharing their start (default 1; each with --agent-turns turns)",
+    )
     ap.add_argument("--startup-timeout", type=float, default=300.0, help="wait for /health (s, default 300)")
     ap.add_argument("--stop-timeout", type=float, default=15.0, help="SIGTERM to SIGKILL (s, default 15)")
     ap.add_argument(
@@ -1440,6 +1481,7 @@ async def amain(args: argparse.Namespace) -> int:
             "rounds": args.rounds,
             "long_prompts": args.long_prompts,
             "agent_turns": args.agent_turns,
+            "agent_sessions": args.agent_sessions,
         },
         "servers": [r.to_json() for r in results],
         "metrics": combined_metrics(rounds),
