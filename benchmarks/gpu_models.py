@@ -43,6 +43,7 @@ class Shape:
     n_head_kv: int
     n_ff: int
     tied: bool  # output projection shares token_embd
+    vocab: int = VOCAB  # the tokenizer's tokens padded to this many (SmolLM2 has 49,152)
 
 
 SHAPES: dict[str, Shape] = {
@@ -51,6 +52,9 @@ SHAPES: dict[str, Shape] = {
     # The CPU rehearsal's: the same tensors and vocabulary, small matrices; one tied, one not.
     "tiny1": Shape(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, tied=True),
     "tiny2": Shape(n_embd=512, n_layer=2, n_head=8, n_head_kv=2, n_ff=1024, tied=False),
+    # cheap_serving.py's: one block of width 64 over SmolLM2's own vocabulary, so a decode step
+    # costs little and the servers' own work per token shows.
+    "cheap": Shape(n_embd=64, n_layer=1, n_head=4, n_head_kv=2, n_ff=256, tied=True, vocab=49152),
 }
 
 
@@ -85,8 +89,8 @@ def cmd_tokenizer(args: argparse.Namespace) -> None:
     print(f"tokenizer of {src.name}: {len(tok['tokenizer.ggml.tokens'])} tokens -> {args.out}")
 
 
-def padded_vocab(tok: dict[str, Any]) -> tuple[list[str], list[int]]:
-    """SmolLM2's tokens padded to VOCAB; every token normal except the end-of-generation ones."""
+def padded_vocab(tok: dict[str, Any], size: int = VOCAB) -> tuple[list[str], list[int]]:
+    """SmolLM2's tokens padded to `size`; every token normal except the end-of-generation ones."""
     import gguf
 
     tokens = list(tok["tokenizer.ggml.tokens"])
@@ -103,7 +107,7 @@ def padded_vocab(tok: dict[str, Any]) -> tuple[list[str], list[int]]:
             tokens[i] = f"Ġs{i}"
     seen = set(tokens)
     i = 0
-    while len(tokens) < VOCAB:
+    while len(tokens) < size:
         t = f"Ġw{i}"  # "Ġ" is the byte-level form of a space: decodes to " w123"
         i += 1
         if t not in seen:
@@ -131,10 +135,12 @@ def write_model(shape_name: str, tok: dict[str, Any], out: Path, seed: int) -> N
     w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(500000.0)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(VOCAB)
+    w.add_vocab_size(s.vocab)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
 
-    tokens, types = padded_vocab(tok)
+    tokens, types = padded_vocab(tok, s.vocab)
+    if len(tokens) != s.vocab:
+        raise SystemExit(f"the tokenizer has {len(tokens)} tokens, more than the {shape_name} shape's {s.vocab}")
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(str(tok.get("tokenizer.ggml.pre", "smollm")))
     w.add_token_list(tokens)
@@ -153,7 +159,7 @@ def write_model(shape_name: str, tok: dict[str, Any], out: Path, seed: int) -> N
         w.add_chat_template(str(tok["tokenizer.chat_template"]))
 
     # (name, rows, cols): a matrix of `rows` outputs over `cols` inputs (GGUF's ne = [cols, rows]).
-    mats: list[tuple[str, int, int]] = [("token_embd.weight", VOCAB, s.n_embd)]
+    mats: list[tuple[str, int, int]] = [("token_embd.weight", s.vocab, s.n_embd)]
     for i in range(s.n_layer):
         p = f"blk.{i}."
         mats += [
@@ -166,7 +172,7 @@ def write_model(shape_name: str, tok: dict[str, Any], out: Path, seed: int) -> N
             (p + "ffn_down.weight", s.n_embd, s.n_ff),
         ]
     if not s.tied:
-        mats.append(("output.weight", VOCAB, s.n_embd))
+        mats.append(("output.weight", s.vocab, s.n_embd))
 
     biggest = max(rows * cols // QK8_0 for _, rows, cols in mats)
     rng = np.random.default_rng(seed)

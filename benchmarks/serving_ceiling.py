@@ -24,6 +24,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import re
 import resource
 import signal
 import socket
@@ -42,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 PROMPT_TOKENS = 40  # about what the chat template makes of the short question below
 N_BATCH = 2048
+FIRST_TEXT = re.compile(rb'"content": ?"')
 
 
 @dataclass
@@ -90,7 +92,9 @@ async def _one_stream(port: int, body: bytes, started: float) -> tuple[int, floa
         data = await reader.read(65536)
         if not data:
             break
-        if ttft < 0 and b'"content"' in data:
+        # The first token is the first content string: the opening chunk's `"content": null`
+        # (which our server sends before the prompt is decoded) is no token.
+        if ttft < 0 and FIRST_TEXT.search(tail[-32:] + data):
             ttft = (time.perf_counter() - started) * 1000
         tail = (tail + data)[-4096:]
     writer.close()
