@@ -1,6 +1,6 @@
 """Both servers side by side on a model whose decode is cheap: the serving path with llama.cpp in it.
 
-    .venv/bin/python benchmarks/cheap_serving.py [--levels 1,16,64,128,256] [--tokens 128] [--seconds 5]
+    .venv/bin/python benchmarks/cheap_serving.py [--levels 1,16,64,128,256] [--tokens 256] [--seconds 5]
 
 The benchmark writes, with `gguf` (gpu_models.py's "cheap" shape), a model of one transformer
 block of width 64 over SmolLM2's own vocabulary, tokenizer and chat template, random Q8_0
@@ -293,16 +293,17 @@ def main() -> int:
         return _serve_ours(Path(sys.argv[2]), sys.argv[3:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--levels", default="1,16,64,128,256", help="numbers of streaming clients, comma-separated")
-    parser.add_argument("--tokens", type=int, default=128, help="tokens per stream (default 128)")
+    parser.add_argument("--tokens", type=int, default=256, help="tokens per stream (default 256)")
     parser.add_argument("--seconds", type=float, default=5.0, help="each level repeats its round until this long")
     parser.add_argument("--np", type=int, help="-np of both servers (default: the largest level)")
     parser.add_argument("--only", choices=("ours", "cpp"), help="run one server only")
     parser.add_argument("--model", type=Path, help="use this GGUF instead of writing the cheap model")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("extra", nargs="*", help="more flags for both servers (after --)")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     n_parallel = args.np or max(levels)
-    flags = ["-np", str(n_parallel), "-c", str(CTX_PER_SLOT * n_parallel), "-kvu", "-t", "2"]
+    flags = ["-np", str(n_parallel), "-c", str(CTX_PER_SLOT * n_parallel), "-kvu", "-t", "2", *args.extra]
     labels = [args.only] if args.only else ["ours", "cpp"]
     if "cpp" in labels and not CPP_SERVER.exists():
         raise SystemExit(f"no {CPP_SERVER}: build it with benchmarks/build_cpp_server.sh")
