@@ -22,14 +22,13 @@ content text), and the CPU time per streamed token of each group of threads, fro
 - the client process, to show that it is not the bottleneck.
 
 Native threads are told apart by one look at their outermost stack frames with gdb, taken
-between levels (an OpenMP worker starts in libgomp, an HTTP thread in httplib's pool).
-With -t 2 llama.cpp splits each graph between the calling thread and one OpenMP worker, so
-the worker's CPU is about the caller's share of `llama_decode` too: ours measures the latter,
-which shows how close that estimate is for the C++ main thread.
+between levels (an OpenMP worker starts in libgomp, an HTTP thread in httplib's pool). The
+OpenMP worker spins between steps, so its CPU does not stand for the calling thread's share of
+`llama_decode`; ours measures that share, C++'s stays inside its main thread's figure.
 
-`--tokens 1024 --seconds 20` is the issue's setting (longer: the KV cache of each level is
-then 8x larger, which makes this model less cheap); the defaults keep a run near 4 minutes
-on 2 cores.
+`--tokens 1024` is the issue's length (longer: each level's KV cache is then 4x larger, which
+makes this model less cheap, and a run takes well over 6 minutes); the defaults keep a run near
+3 minutes on 2 cores.
 """
 
 from __future__ import annotations
