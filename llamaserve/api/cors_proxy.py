@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
-import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
@@ -74,6 +73,8 @@ def cors_proxy_routes(enabled: bool) -> APIRouter:
     async def proxy(request: Request) -> Response:
         if not enabled:
             return disabled()
+        import httpx  # deferred: a server without --ui-mcp-proxy never loads the HTTP client
+
         url = _target(request)
         try:
             address = await resolve_allowed(url, PROXY)

@@ -23,7 +23,6 @@ from llamaserve.config import ServerConfig
 from llamaserve.errors import APIError
 from llamaserve.tools.base import Call, ParamError, Tool
 from llamaserve.tools.fileio import RuntimeRefused
-from llamaserve.tools.mcp_client import McpManager
 from llamaserve.tools.mcp_config import load_servers
 from llamaserve.tools.proc import StreamSink
 from llamaserve.tools.registry import HeaderRefused, Toolbox, UnknownTool, builtin_selection, make_runtime
@@ -37,7 +36,11 @@ def toolbox_from_config(config: ServerConfig) -> Toolbox | None:
         return None
     servers = load_servers(config.mcp_servers_config, config.mcp_servers_json)
     runtime = make_runtime(config.tools_runtime) if config.tools_runtime else None
-    mcp = McpManager(servers) if servers else None
+    mcp = None
+    if servers:
+        from llamaserve.tools.mcp_client import McpManager  # the MCP SDK, ~0.3 s to import: only when used
+
+        mcp = McpManager(servers)
     return Toolbox(builtin_selection(config.tools), config.tools_root, runtime, mcp, config.tools_runtime_header)
 
 

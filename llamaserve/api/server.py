@@ -1,8 +1,11 @@
 """Process wiring: logging, the uvicorn server (api/run.py, shared with the router and the
 front), and loading the model.
 
-The HTTP server starts first so /health can answer 503 while the model
-loads; a model that fails to load ends the process with exit code 1.
+The listeners are bound first and the model starts loading in a thread at once; the app
+(FastAPI, every API family's routes and models: most of the start's imports) is imported
+and built while llama.cpp loads the weights, which it does without the GIL, so on two cores
+the two overlap. /health answers 503 until the model is in; a model that fails to load
+ends the process with exit code 1.
 SIGTERM and SIGINT stop accepting connections, give in-flight requests
 GRACEFUL_SHUTDOWN_S to finish (then cancel them, which frees their slots),
 stop the scheduler and exit 0, as llama-server does.
@@ -16,22 +19,21 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from llamaserve.api.app import create_app
 from llamaserve.api.listen import Listener, close_listeners
 from llamaserve.api.logs import setup_logging
 from llamaserve.api.parent_watch import exit_when_stdin_closes, is_router_child
-from llamaserve.api.routes_tools import toolbox_from_config
 from llamaserve.api.run import Site, StopSwitch, bind, run_server, start_request_tracing
 from llamaserve.api.shutdown import ASGIApp, DrainMiddleware
 from llamaserve.api.threads import size_worker_threads
 from llamaserve.api.timeouts import TimeoutMiddleware, read_timeout_protocol
-from llamaserve.families.batches.routes import BatchService
+from llamaserve.config import ServerConfig
 from llamaserve.serving.state import ServerState
-from llamaserve.tools.fileio import RuntimeRefused
-from llamaserve.tools.mcp_config import McpConfigError
-from llamaserve.tools.registry import Toolbox
+
+if TYPE_CHECKING:  # the app's modules load in `_ModelSite.open`, while the model loads
+    from llamaserve.families.batches.routes import BatchService
+    from llamaserve.tools.registry import Toolbox
 
 log = logging.getLogger("llamaserve")
 
@@ -76,8 +78,8 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
     if listeners is None:
         return 1
     try:
-        toolbox = toolbox_from_config(config)
-    except (RuntimeRefused, McpConfigError) as exc:
+        toolbox = _toolbox(config)
+    except ToolsSetupError as exc:
         log.error("tools setup failed: %s", exc)
         close_listeners(listeners)
         return 1
@@ -90,10 +92,28 @@ def serve(state: ServerState, hooks: NativeHooks) -> int:
     return site.exit_code
 
 
+class ToolsSetupError(Exception):
+    """The agent tools' flags ask for what cannot be set up (MCP definitions, --tools-runtime)."""
+
+
+def _toolbox(config: ServerConfig) -> Toolbox | None:
+    """The agent tools (api/routes_tools.py), None when off. Their modules load only when some are on."""
+    if not config.tools_enabled:
+        return None
+    from llamaserve.api.routes_tools import toolbox_from_config
+    from llamaserve.tools.fileio import RuntimeRefused
+    from llamaserve.tools.mcp_config import McpConfigError
+
+    try:
+        return toolbox_from_config(config)
+    except (RuntimeRefused, McpConfigError) as exc:
+        raise ToolsSetupError(str(exc)) from exc
+
+
 class _ModelSite(Site):
-    """The single-model server in the shared start-up: the model loads in a thread of its own
-    while uvicorn already answers (/health is 503 until it is in), and a stop drains the
-    requests in flight before uvicorn's own shutdown."""
+    """The single-model server in the shared start-up: the model loads in a thread of its own,
+    started before the app is imported and built, while uvicorn already answers (/health is 503
+    until it is in), and a stop drains the requests in flight before uvicorn's own shutdown."""
 
     graceful_s = GRACEFUL_SHUTDOWN_S + _UVICORN_BACKSTOP_S
 
@@ -111,12 +131,7 @@ class _ModelSite(Site):
         self.toolbox = toolbox
         self.exit_code = 0
         self.http = read_timeout_protocol(state.config.timeout) or "auto"
-        # Outermost: a stalled body read or response write is bounded before anything else sees it,
-        # including the closing message a shutdown drain sends.
-        app = create_app(state, toolbox)
-        self.batches: BatchService = app.state.batches
-        self.drain = DrainMiddleware(app)
-        self.app = TimeoutMiddleware(self.drain, state.config.timeout)
+        self.batches: BatchService | None = None  # with the app, in open()
         self.loader = threading.Thread(target=self._load, name="llamaserve-load", daemon=True)
         self.stop = stop
         self._watcher: asyncio.Task[None] | None = None
@@ -151,31 +166,41 @@ class _ModelSite(Site):
             self.stop.request()
 
     async def open(self, stop: StopSwitch) -> ASGIApp:
+        # Imported here, not at the top: the loader thread started in begin() is in llama.cpp by now.
+        from llamaserve.api.app import create_app
+
+        app = create_app(self.state, self.toolbox)
+        self.batches = app.state.batches
+        drain = DrainMiddleware(app)
         size_worker_threads(self.state.config.threads_http)
         if self.toolbox is not None:
             await self.toolbox.start()  # before the first request: GET /tools lists the MCP tools at once
-        self._watcher = asyncio.create_task(self._drain_on_shutdown())
+        self._watcher = asyncio.create_task(self._drain_on_shutdown(drain))
         self.batches.start()  # resumes the batches a previous run left unfinished
-        return self.app
+        # Outermost: a stalled body read or response write is bounded before anything else sees it,
+        # including the closing message a shutdown drain sends.
+        return TimeoutMiddleware(drain, self.state.config.timeout)
 
-    async def _drain_on_shutdown(self) -> None:
+    async def _drain_on_shutdown(self, drain: DrainMiddleware) -> None:
         # uvicorn polls should_exit the same way; its own wait for in-flight
         # tasks then ends as soon as the drain has finished them.
         while not self.stop.requested:
             await asyncio.sleep(0.1)
         # Batch lines in flight are cancelled, not drained: they keep no record and run again
         # after the restart.
-        await self.batches.stop()
+        if self.batches is not None:
+            await self.batches.stop()
         if self.toolbox is not None:
             await self.toolbox.shutdown()  # tool calls in flight end now, not after the grace period
-        if self.drain.inflight:
-            log.info("shutting down: %d request(s) in flight get up to %d s", self.drain.inflight, GRACEFUL_SHUTDOWN_S)
-        await self.drain.drain(GRACEFUL_SHUTDOWN_S)
+        if drain.inflight:
+            log.info("shutting down: %d request(s) in flight get up to %d s", drain.inflight, GRACEFUL_SHUTDOWN_S)
+        await drain.drain(GRACEFUL_SHUTDOWN_S)
 
     async def close(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
-        await self.batches.stop()
+        if self.batches is not None:
+            await self.batches.stop()
         # Stop the scheduler while the loop still runs: it may still hand
         # events of just-aborted requests to the loop, which must be open.
         await asyncio.to_thread(self._close_runtime)

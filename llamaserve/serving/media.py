@@ -24,10 +24,8 @@ import base64
 import binascii
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlparse
-
-import httpx
 
 from llamaserve.engine.backend import MediaError
 from llamaserve.errors import APIError
@@ -40,6 +38,9 @@ from llamaserve.outbound import (
     resolve_allowed,
 )
 from llamaserve.serving.runtime import ModelRuntime
+
+if TYPE_CHECKING:  # httpx loads only when a remote media URL is fetched (start-up time)
+    import httpx
 
 MAX_MEDIA_BYTES = 10 * 1024 * 1024  # llama-server's download cap, here for every source
 FETCH_TIMEOUT = 10.0  # seconds, as llama-server
@@ -163,6 +164,8 @@ def _local_file(url: str, media_path: str | None, where: str) -> bytes:
 
 
 async def _fetch(url: str, where: str, reach: Reach = MEDIA_PUBLIC_ONLY) -> bytes:
+    import httpx  # deferred: only a server fetching remote media needs an HTTP client
+
     async with httpx.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False, trust_env=False) as client:
         for _ in range(MAX_REDIRECTS + 1):
             if urlparse(url).scheme not in ("http", "https"):

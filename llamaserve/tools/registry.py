@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llamaserve.tools.base import JSON, Call, Tool, check_object
 from llamaserve.tools.builtin import builtin_tools
 from llamaserve.tools.container import SpawnedContainer
 from llamaserve.tools.fileio import PathRefused, make_io, parse_container_spec
-from llamaserve.tools.mcp_client import McpManager, McpTool
 from llamaserve.tools.proc import ChunkSink
+
+if TYPE_CHECKING:  # the MCP SDK loads only when MCP servers are configured (start-up time)
+    from llamaserve.tools.mcp_client import McpManager
 
 log = logging.getLogger("llamaserve.tools")
 
@@ -71,6 +74,8 @@ class Toolbox:
         is taken already (a built-in, another server's) is skipped."""
         if self.mcp is None:
             return
+        from llamaserve.tools.mcp_client import McpTool  # the SDK: only a server with MCP servers loads it
+
         seen = {t.name for t in self.tools}
         added = 0
         for definition in await self.mcp.warmup():
