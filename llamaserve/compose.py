@@ -45,7 +45,6 @@ from llamaserve.llama.lora import LoraError, load_adapters
 from llamaserve.llama.media import MediaPrompter, MediaStore
 from llamaserve.llama.memory import malloc_trim
 from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, gpu_offload_supported, init_numa
-from llamaserve.llama.mtmd import Projector, ProjectorLoadError, ProjectorSettings
 from llamaserve.llama.progress import set_load_progress
 from llamaserve.llama.runner import LlamaRunner
 from llamaserve.llama.threads import ThreadPools, set_process_priority
@@ -102,6 +101,8 @@ def _media(config: ServerConfig, model: Model, undo: ExitStack) -> MediaPrompter
     if config.reranking:
         log.warning("--mmproj is ignored with --rerank: documents are text")
         return None
+    from llamaserve.llama.mtmd import Projector, ProjectorLoadError, ProjectorSettings  # libmtmd: only with -mm
+
     device = None
     if config.mmproj_device is not None:
         try:

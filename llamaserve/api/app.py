@@ -9,6 +9,7 @@ http.py.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -38,7 +39,9 @@ from llamaserve.families.responses.routes import responses_routes
 from llamaserve.serving.sleep import IdleSleeper
 from llamaserve.serving.state import ServerState
 from llamaserve.telemetry.tracing import request_tracer
-from llamaserve.tools.registry import Toolbox
+
+if TYPE_CHECKING:  # the tools' modules load only on a server whose tools are on
+    from llamaserve.tools.registry import Toolbox
 
 log = logging.getLogger("llamaserve.http")
 

@@ -1,31 +1,25 @@
 """GET/POST /tools (llama-server's agent tools) and /cors-proxy (the web UI's MCP proxy).
 
 Both answer 403 "this feature is disabled" unless turned on (--tools / MCP servers,
---ui-mcp-proxy), as llama-server does. POST /tools takes `{tool, params, stream}`; the
-x-tool-cwd, x-tool-runtime and x-resp-type headers set what the model cannot; x-tool-runtime
-only where the operator allows it (--tools-runtime-header). api/site_guard.py refuses both
-routes to what a page of another site could send.
+--ui-mcp-proxy), as llama-server does. POST /tools takes `{tool, params, stream}`
+(api/tool_calls.py); the x-tool-cwd, x-tool-runtime and x-resp-type headers set what the
+model cannot; x-tool-runtime only where the operator allows it (--tools-runtime-header).
+api/site_guard.py refuses both routes to what a page of another site could send. The tools'
+modules load only on a server whose tools are on.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from llamaserve.api.body import JSONUTF8Response, parse_json, read_body
-from llamaserve.api.sse import sse_response
+from llamaserve.api.body import JSONUTF8Response
 from llamaserve.config import ServerConfig
-from llamaserve.errors import APIError
-from llamaserve.tools.base import Call, ParamError, Tool
-from llamaserve.tools.fileio import RuntimeRefused
-from llamaserve.tools.mcp_config import load_servers
-from llamaserve.tools.proc import StreamSink
-from llamaserve.tools.registry import HeaderRefused, Toolbox, UnknownTool, builtin_selection, make_runtime
+
+if TYPE_CHECKING:
+    from llamaserve.tools.registry import Toolbox
 
 
 def toolbox_from_config(config: ServerConfig) -> Toolbox | None:
@@ -34,6 +28,9 @@ def toolbox_from_config(config: ServerConfig) -> Toolbox | None:
     --tools-runtime that cannot be used. The MCP servers' tools join at `Toolbox.start`."""
     if not config.tools_enabled:
         return None
+    from llamaserve.tools.mcp_config import load_servers
+    from llamaserve.tools.registry import Toolbox, builtin_selection, make_runtime
+
     servers = load_servers(config.mcp_servers_config, config.mcp_servers_json)
     runtime = make_runtime(config.tools_runtime) if config.tools_runtime else None
     mcp = None
@@ -49,10 +46,6 @@ def disabled() -> Response:
     return JSONUTF8Response(body, status_code=403)
 
 
-def _frame(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n"
-
-
 def tools_routes(toolbox: Toolbox | None) -> APIRouter:
     router = APIRouter()
 
@@ -66,66 +59,8 @@ def tools_routes(toolbox: Toolbox | None) -> APIRouter:
     async def call_tool(request: Request) -> Response:
         if toolbox is None:
             return disabled()
-        body = parse_json(await read_body(request))
-        if not isinstance(body, dict):
-            raise APIError("the request body must be a JSON object")
-        name = body.get("tool")
-        if not isinstance(name, str):
-            raise APIError("'tool' is required and must be a string")
-        params = body.get("params", {})
-        if not isinstance(params, dict):
-            raise APIError("'params' must be an object")
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise APIError("'stream' must be a boolean")
-        try:
-            tool = toolbox.find(name, stream)
-            call = toolbox.prepare(tool, params, request.headers)
-            if stream:
-                return sse_response(_stream(toolbox, tool, call))
-            result = await toolbox.invoke(tool, call)
-        except UnknownTool as exc:
-            raise APIError(str(exc), status=404) from exc
-        except ParamError as exc:
-            raise APIError(str(exc)) from exc
-        except RuntimeRefused as exc:
-            raise APIError(str(exc), "server_error", status=500) from exc
-        except HeaderRefused as exc:
-            raise APIError(str(exc), "permission_error") from exc
-        return JSONUTF8Response(result)
+        from llamaserve.api.tool_calls import call_tool as call  # loaded with the toolbox already
+
+        return await call(toolbox, request)
 
     return router
-
-
-async def _stream(toolbox: Toolbox, tool: Tool, call: Call) -> AsyncIterator[bytes]:
-    """Each piece of output as `{"chunk"}` while the tool runs, then `{"done": true}` (with
-    `error` when it failed). A client that goes away stops the command."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[str | None] = asyncio.Queue()
-    sink = StreamSink(lambda chunk: loop.call_soon_threadsafe(queue.put_nowait, chunk))
-
-    async def work() -> None:
-        try:
-            await toolbox.invoke(tool, call, sink)
-        finally:
-            loop.call_soon_threadsafe(queue.put_nowait, None)
-
-    task = asyncio.ensure_future(work())
-    try:
-        while True:
-            chunk = await queue.get()
-            if chunk is None:
-                break
-            if chunk:
-                yield _frame({"chunk": chunk})
-        error = ""
-        try:
-            await task
-        except (ParamError, RuntimeRefused) as exc:
-            error = str(exc)
-        except Exception as exc:  # the stream has begun: the failure goes into its last event
-            error = f"{type(exc).__name__}: {exc}"
-        yield _frame({"done": True, **({"error": error} if error else {})})
-    finally:
-        sink.closed = True  # a client that went away stops the command
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())

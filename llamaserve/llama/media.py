@@ -15,11 +15,14 @@ import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from llamaserve.engine.backend import MEDIA_SLOTS, MEDIA_SPAN, MediaError, media_slot, media_token
-from llamaserve.llama.mtmd import CHUNK_TEXT, Projector
+
+if TYPE_CHECKING:  # libmtmd loads with a projector only (llama/mtmd.py; -mm): not on every start
+    from llamaserve.llama.mtmd import Projector
 
 
 @dataclass
@@ -115,8 +118,11 @@ class MediaPrompter:
     """A projector and its store, as the HTTP side's `MediaTokenizer`."""
 
     def __init__(self, projector: Projector, store: MediaStore) -> None:
+        from llamaserve.llama import mtmd  # already loaded: the projector comes from it
+
         self.projector = projector
         self.store = store
+        self._text_kind = mtmd.CHUNK_TEXT
 
     @property
     def vision(self) -> bool:
@@ -139,7 +145,7 @@ class MediaPrompter:
         try:
             tokens: list[int] = []
             for chunk in chunks:
-                if chunk.kind == CHUNK_TEXT:
+                if chunk.kind == self._text_kind:
                     tokens += chunk.tokens
                     continue
                 if chunk.n_tokens > MEDIA_SPAN:
@@ -161,4 +167,4 @@ class MediaPrompter:
                 tokens += [media_token(slot, k) for k in range(chunk.n_tokens)]
             return tokens
         finally:
-            Projector.release(chunks)
+            self.projector.release(chunks)
