@@ -821,7 +821,7 @@ async def bench_phases(
     prompt processing, long prompts, agent turns) and a whole concurrency level otherwise.
     Between steps the server sits idle, so a driver can interleave the steps of several
     servers."""
-    max_c = max(args.concurrency)
+    max_c = max(args.concurrency, default=1)
     limits = httpx.Limits(max_connections=max_c + 4, max_keepalive_connections=max_c + 4)
     timeout = httpx.Timeout(connect=10.0, read=args.request_timeout, write=30.0, pool=None)
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
@@ -1302,6 +1302,9 @@ def parse_long_prompts(s: str) -> tuple[int, int, int]:
 
 
 def parse_levels(s: str) -> list[int]:
+    """Client counts; "0" alone: no concurrency levels (to run only the optional workloads)."""
+    if s.strip() == "0":
+        return []
     try:
         levels = [int(x) for x in s.split(",") if x.strip()]
     except ValueError:
@@ -1340,7 +1343,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--concurrency",
         type=parse_levels,
         default=None,
-        help="comma-separated client counts (default 1,4,8,16)",
+        help="comma-separated client counts (default 1,4,8,16); 0: none",
     )
     ap.add_argument(
         "--requests-per-client",
@@ -1348,8 +1351,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="requests each client sends back to back (default 4, quick 2)",
     )
-    ap.add_argument("--decode-runs", type=int, default=None, help="single-stream runs (default 5, quick 2)")
-    ap.add_argument("--pp-runs", type=int, default=None, help="prompt-processing runs (default 5, quick 2)")
+    ap.add_argument("--decode-runs", type=int, default=None, help="single-stream runs (default 5, quick 2; 0: none)")
+    ap.add_argument("--pp-runs", type=int, default=None, help="prompt-processing runs (default 5, quick 2; 0: none)")
     ap.add_argument("--pp-tokens", type=int, default=512, help="prompt length for the pp test (default 512)")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured warmup requests per server (default 1)")
     ap.add_argument("--quick", action="store_true", help="short run: fewer repetitions")

@@ -106,6 +106,26 @@ def test_a_cached_prompt_is_restored_only_when_the_new_prompt_keeps_a_quarter_of
     assert s.stats.prompt_cache_hits == 1
 
 
+def test_a_slot_is_copied_to_ram_only_when_a_prompt_overwrites_most_of_it() -> None:
+    """llama-server's rule: a whole sequence is copied to save it, so a next turn that keeps most
+    of the slot (another question on the same document) costs no copy; one keeping less than
+    half of it saves the slot first."""
+    s, _ = make(policy=CachePolicy(cache_ram_bytes=1 << 20), n_batch=64)
+    doc = list(range(100, 140))
+    submit(s, [*doc, 1], n_predict=2)
+    run_until_idle(s)
+    _, next_turn = submit(s, [*doc, 5, 6], n_predict=2)  # keeps 40 of the 42 tokens held
+    run_until_idle(s)
+    assert next_turn.finished is not None and next_turn.finished.n_cached == 40
+    assert s.stats.prompt_cache_saves == 0
+    submit(s, [*doc[:10], 7, 8], n_predict=2)  # keeps 10 of about 43: the slot is saved first
+    run_until_idle(s)
+    assert s.stats.prompt_cache_saves == 1
+    _, back = submit(s, [*doc, 5, 6, 9], n_predict=2)
+    run_until_idle(s)
+    assert back.finished is not None and back.finished.n_cached >= 42  # the saved turn came back
+
+
 def test_without_cache_ram_a_taken_over_slot_recomputes() -> None:
     s, _ = make(n_batch=64)
     long_a = list(range(100, 140))
@@ -135,8 +155,8 @@ def test_idle_slots_leave_a_unified_kv_when_a_task_starts_and_come_back_from_ram
 
 
 def test_a_conversation_that_continued_in_its_slot_leaves_a_unified_kv_once_idle() -> None:
-    """The follow-up reuses its slot, which parks the slot's earlier turn first; the turn that
-    follows is new KV, so it too must leave the pool when another conversation starts, or
+    """The follow-up reuses its slot (keeping most of it, so nothing is copied out); the turn
+    that follows is new KV, so it too must leave the pool when another conversation starts, or
     every later decode would attend over it."""
     policy = CachePolicy(cache_ram_bytes=1 << 20, cache_idle_slots=True, kv_unified=True)
     s, runner = make(n_slots=2, policy=policy, n_batch=64)

@@ -24,6 +24,19 @@ from llamaserve.engine.types import GenerationRequest
 log = logging.getLogger("llamaserve")
 
 
+def losing_most(keep: int, held: int) -> bool:
+    """Whether a new prompt that keeps ``keep`` of the ``held`` tokens a slot holds overwrites
+    enough of it to copy the slot to the host cache first: more than half, llama-server's rule.
+
+    llama.cpp serialises a whole sequence, so saving the slot copies all of it, not the part
+    about to go: for a request that keeps most of a 5,400-token context (a conversation's next
+    turn, another question on one document) that is a 124 MB copy on the scheduler thread, with
+    every stream waiting, to keep a tail of a few dozen tokens, and one more near-duplicate of
+    the conversation in host memory.
+    """
+    return 2 * keep < held
+
+
 def sharing_off_reason(policy: CachePolicy, runner: Runner) -> str:
     """Why sequences do not share prompt prefixes' cells ("" when they do)."""
     if not policy.kv_unified:
@@ -69,7 +82,7 @@ class SlotKV:
         same_lora = slot.cache_lora == req.lora
         keep = common_prefix_length(slot.cache_tokens, prompt) if reuse and same_lora else 0
         saved = restored = shared = 0
-        if self.prompt_cache is not None and keep < len(slot.cache_tokens) and self._park(slot):
+        if self.prompt_cache is not None and losing_most(keep, len(slot.cache_tokens)) and self._park(slot):
             saved = len(slot.cache_tokens)
         if not same_lora:
             self._truncate(slot, 0)
