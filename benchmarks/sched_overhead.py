@@ -24,6 +24,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -71,7 +72,9 @@ class NullRunner:
     def new_sampler(self, params: SamplingParams) -> NullSampler:
         return NullSampler()
 
-    def step(self, plan: list[PlanRow]) -> StepResult:
+    def step(self, plan: list[PlanRow], meanwhile: Callable[[], None] | None = None) -> StepResult:
+        if meanwhile is not None:
+            meanwhile()
         samples: list[list[Sample]] = []
         for row in plan:
             self._next = (self._next + 7919) % (VOCAB - 1) + 1  # never 0, the end token

@@ -15,6 +15,9 @@ and the table gives the measured rate as a share of it, TTFT p50, and the CPU ti
 streamed token of each of the server's threads (from /proc, named by the server's map of
 native ids) and of the client process, so the client is seen not to be the bottleneck.
 The goals of this benchmark: >= 95% of ideal at 1 stream / 1.5 ms, 64 / 5 ms, 256 / 10 ms.
+Two more columns say where the rest went, per step: how late the runner's sleep returned (its
+wakeup, then its wait for the GIL) and how long the scheduler took from one step's end to the
+next one's start; a level's share is about STEP_MS / (STEP_MS + late + between).
 """
 
 from __future__ import annotations
@@ -171,6 +174,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 def run_level(level: Level, extra: list[str], workdir: Path) -> dict[str, object]:
     port = _free_port()
     names_file = workdir / f"threads-{port}.json"
+    steps_file = workdir / f"threads-{port}-steps.json"  # sleeping_server.steps_file
     log = workdir / f"server-{port}.log"
     ctx = level.streams * (PROMPT_TOKENS + level.tokens + 64)
     cmd = [sys.executable, str(ROOT / "benchmarks" / "sleeping_server.py"), str(level.step_ms), str(names_file)]
@@ -181,6 +185,7 @@ def run_level(level: Level, extra: list[str], workdir: Path) -> dict[str, object
         _wait_healthy(f"http://127.0.0.1:{port}", proc, log)
         time.sleep(0.6)  # the thread-name map is written every half second
         names = json.loads(names_file.read_text())
+        steps_before = json.loads(steps_file.read_text())
         before = thread_cpu(proc.pid, names)
         queue: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
         client = multiprocessing.Process(target=_client_process, args=(port, level.streams, level.tokens, queue))
@@ -189,6 +194,8 @@ def run_level(level: Level, extra: list[str], workdir: Path) -> dict[str, object
         client.join()
         names = json.loads(names_file.read_text())
         after = thread_cpu(proc.pid, names)
+        time.sleep(0.6)  # the step figures of the last steps
+        steps_after = json.loads(steps_file.read_text())
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -196,6 +203,7 @@ def run_level(level: Level, extra: list[str], workdir: Path) -> dict[str, object
         except subprocess.TimeoutExpired:
             proc.kill()
     rate = result.tokens / result.seconds
+    n_steps = max(steps_after["steps"] - steps_before["steps"], 1)
     per_thread = {name: (after.get(name, 0.0) - before.get(name, 0.0)) / max(result.tokens, 1) * 1e6 for name in after}
     return {
         "streams": level.streams,
@@ -209,7 +217,17 @@ def run_level(level: Level, extra: list[str], workdir: Path) -> dict[str, object
         "server_cpu_us_per_token": round(sum(per_thread.values()), 1),
         "server_cpu_us_per_token_by_thread": {k: round(v, 1) for k, v in sorted(per_thread.items()) if v > 0.05},
         "client_cpu_us_per_token": round(result.cpu_s / max(result.tokens, 1) * 1e6, 1),
+        # Where the share went, per step: the sleep's late return (wakeup, GIL), the scheduler's
+        # own path from one step to the next.
+        "step_late_us": round((steps_after["late_s"] - steps_before["late_s"]) / n_steps * 1e6, 1),
+        "between_steps_us": round((steps_after["between_s"] - steps_before["between_s"]) / n_steps * 1e6, 1),
     }
+
+
+def _by_thread(row: dict[str, object]) -> str:
+    shares = row["server_cpu_us_per_token_by_thread"]
+    assert isinstance(shares, dict)
+    return ", ".join(f"{name} {us}" for name, us in shares.items())
 
 
 def parse_levels(text: str, seconds: float) -> list[Level]:
@@ -236,12 +254,16 @@ def main() -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     print()
-    print("| streams | step ms | tok/s | ideal | share | TTFT p50 ms | server µs/token | client µs/token |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| streams | step ms | tok/s | ideal | share | TTFT p50 ms | server µs/token (by thread) "
+        "| client µs/token | step late µs | between steps µs |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['streams']} | {r['step_ms']} | {r['tok_s']} | {r['ideal_tok_s']} | {r['share_of_ideal']} "
-            f"| {r['ttft_p50_ms']} | {r['server_cpu_us_per_token']} | {r['client_cpu_us_per_token']} |"
+            f"| {r['ttft_p50_ms']} | {r['server_cpu_us_per_token']} ({_by_thread(r)}) "
+            f"| {r['client_cpu_us_per_token']} | {r['step_late_us']} | {r['between_steps_us']} |"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

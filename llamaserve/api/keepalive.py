@@ -53,8 +53,10 @@ def body_message(chunk: bytes | memoryview) -> Message:
 class Pinger:
     """Sends PING through `send` whenever `seconds` pass without a chunk.
 
-    Start it once the response has started; send the body's chunks through `send_chunk`;
-    `stop` it before the last body message (a ping after that would break the response).
+    Start it once the response has started; call `chunk_sent` for each of the body's chunks
+    (before writing it: a chunk written straight to the connection, api/direct_body.py, never
+    passes `send`); `stop` it before the last body message (a ping after that would break the
+    response).
     """
 
     def __init__(self, send: Send, seconds: float) -> None:
@@ -64,9 +66,8 @@ class Pinger:
         self._last = self._loop.time()
         self._task = self._loop.create_task(self._run())
 
-    async def send_chunk(self, chunk: bytes | memoryview) -> None:
+    def chunk_sent(self) -> None:
         self._last = self._loop.time()
-        await self._send(body_message(chunk))
 
     async def _run(self) -> None:
         while True:

@@ -26,6 +26,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from llamaserve.api.direct_body import without_direct_body
 from llamaserve.api.middleware import ASGIApp, Message, Receive, Scope, Send, presented_key, send_json
 from llamaserve.config import ServerConfig
 from llamaserve.errors import APIError
@@ -153,6 +154,7 @@ class QuotaMiddleware:
         if reader is not None:  # an edge asks its server for the counts (a client's own header is replaced)
             headers = [(k, v) for k, v in scope.get("headers", ()) if k != report.HEADER]
             scope["headers"] = [*headers, (report.HEADER, report.ASK)]
+            scope = without_direct_body(scope)  # the reader takes the report out of streamed chunks
 
         async def counting_send(message: Message) -> None:
             nonlocal status

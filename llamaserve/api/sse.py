@@ -8,9 +8,10 @@ from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
-from llamaserve.api.keepalive import Pinger
+from llamaserve.api.direct_body import DirectBody, direct_body
+from llamaserve.api.keepalive import Pinger, body_message
 
 T = TypeVar("T")
 
@@ -18,23 +19,34 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class SSEResponse(StreamingResponse):
-    """A stream of server-sent events; with `ping_after`, a ping fills each quiet gap that long."""
+    """A stream of server-sent events; with `ping_after`, a ping fills each quiet gap that long.
+
+    The middle chunks go straight to the connection when the server offers that
+    (api/direct_body.py); the start and the end pass every middleware as usual."""
 
     def __init__(self, body: AsyncIterator[bytes], ping_after: float | None = None) -> None:
         super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
         self.ping_after = ping_after
+        self._direct: DirectBody | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._direct = direct_body(scope)
+        await super().__call__(scope, receive, send)
 
     async def stream_response(self, send: Send) -> None:
-        if self.ping_after is None:
-            await super().stream_response(send)
-            return
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        pinger = Pinger(send, self.ping_after)
+        direct = self._direct
+        pinger = Pinger(send, self.ping_after) if self.ping_after is not None else None
         try:
             async for chunk in self.body_iterator:
-                await pinger.send_chunk(chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset))
+                data = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
+                if pinger is not None:
+                    pinger.chunk_sent()
+                if direct is None or not direct.write(data):
+                    await send(body_message(data))
         finally:
-            pinger.stop()
+            if pinger is not None:
+                pinger.stop()
             # A client that left ends the loop on a failed write: closing the body now runs
             # its `finally` (which aborts the generation) instead of whenever it is collected.
             closer = getattr(self.body_iterator, "aclose", None)

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from llamaserve.api.direct_body import offer_direct_body
 from llamaserve.api.header_case import respell_headers
 from llamaserve.api.middleware import send_json
 from llamaserve.errors import APIError
@@ -217,6 +218,12 @@ def read_timeout_protocol(timeout: float) -> type[asyncio.Protocol] | None:
             self._partial = False
             self._disarm()
             super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle.scope is self.scope:  # not an upgrade: this request's cycle
+                # Streamed bodies write their middle chunks here (api/direct_body.py); never a
+                # response's head, so the header respelling is not needed on this path.
+                inner = self.transport._inner if isinstance(self.transport, RespellingTransport) else self.transport
+                offer_direct_body(self.scope, cycle, inner)  # type: ignore[arg-type]
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()

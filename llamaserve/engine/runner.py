@@ -139,7 +139,12 @@ class Runner(Protocol):
 
     def new_sampler(self, params: SamplingParams) -> Sampler: ...
 
-    def step(self, plan: list[PlanRow]) -> StepResult: ...
+    def step(self, plan: list[PlanRow], meanwhile: Callable[[], None] | None = None) -> StepResult:
+        """Decode the plan's rows and sample them. `meanwhile`, when given, is called once before
+        the step returns, at the point where the device works on its own (after a GPU's decode is
+        launched and before its results are waited for), so the scheduler's bookkeeping of the
+        previous step overlaps this one; a runner with no such point calls it first."""
+        ...
 
     def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> None: ...
 

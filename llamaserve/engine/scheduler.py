@@ -29,7 +29,7 @@ from llamaserve.engine.speculative import Speculator, apply_verified
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.step_budget import PrefillBudget
 from llamaserve.engine.step_plan import adapter_sets, plan_generating, plan_prefill
-from llamaserve.engine.token_outcome import take_token
+from llamaserve.engine.token_outcome import goes_on_whatever_its_text, take_text, take_token, take_token_early
 from llamaserve.engine.types import (
     Event,
     EventSink,
@@ -85,10 +85,15 @@ class Scheduler:
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
         self._running = True  # cleared by Shutdown; _step() also works without the thread (tests)
+        # The text half of the last step's tokens, run while the next step runs (`_LaterText`).
+        # On with the thread; a test stepping by hand sees each step's text at once unless it sets it.
+        self.overlap_text = False
+        self._later: _LaterText | None = None
 
     # --------------------------------------------------------- public (any thread)
     def start(self) -> None:
         self._running = True
+        self.overlap_text = True
         self._thread = threading.Thread(target=self._run, name="llamaserve-scheduler", daemon=True)
         self._thread.start()
 
@@ -153,6 +158,9 @@ class Scheduler:
         return bool(self._waiting) or bool(self._busy)
 
     def _step(self) -> None:
+        later, self._later = self._later, None
+        if later is not None and (not self._inbox.empty() or not self._has_work()):
+            later.run()  # a message may end those requests (their text goes first), or none is left
         self._drain_inbox(block=not self._has_work())
         if not self._running:
             return
@@ -162,12 +170,20 @@ class Scheduler:
         lora = self._lora_for_step()
         plan, planned = self._build_plan(lora)
         if not plan:
+            if later is not None:
+                later.run()
             return
         self.stats.n_decode_total += 1
         self.stats.n_busy_slots_total += self.stats.requests_processing  # kept by _count_busy
         self.runner.set_lora(lora)
         t_step = time.perf_counter()
-        result = self.runner.step(plan)
+        if later is None:
+            result = self.runner.step(plan)
+        else:
+            try:
+                result = self.runner.step(plan, later.run)
+            finally:
+                later.run()  # once only: a runner that did not call it, or failed before
         if self.prefill_budget.active:  # --max-itl-ms learns what a step costs
             n_generating = sum(1 for s in planned if s.state is SlotState.GENERATING)
             n_prompt = sum(len(r.tokens) for r, s in zip(plan, planned) if s.state is SlotState.PREFILL)
@@ -185,6 +201,7 @@ class Scheduler:
             return
         now = time.perf_counter()
         outbox: dict[int, tuple[EventSink, list[Event]]] = {}
+        text_later: list[tuple[Slot, Sample]] = []
         prompt_lps = result.prompt_logprobs or [[] for _ in plan]
         for i, (row, slot, samples, scored) in enumerate(zip(plan, planned, result.samples, prompt_lps)):
             if i in result.failed_rows:
@@ -197,6 +214,16 @@ class Scheduler:
             slot.cache_tokens.extend(row.tokens)
             self.kv.sharing.note(slot)
             slot.prompt_logprobs += scored
+            if (
+                self.overlap_text
+                and slot.state is SlotState.GENERATING
+                and len(samples) == 1
+                and goes_on_whatever_its_text(slot, samples[0], self.runner)
+            ):
+                # The next step needs only the token: its text is made while that step runs.
+                take_token_early(slot, samples[0])
+                text_later.append((slot, samples[0]))
+                continue
             if slot.state is SlotState.PREFILL:
                 self._report_progress(slot, now, outbox)
             followers: list[Slot] = []
@@ -214,6 +241,8 @@ class Scheduler:
                     self._on_token(owner, sample, now, outbox)
         for sink, events in outbox.values():
             sink(events)
+        if text_later:
+            self._later = _LaterText(text_later, now, self.runner)
 
     def _take_verified(
         self,
@@ -526,3 +555,34 @@ class Scheduler:
         for group in waiting:
             for task in group:
                 task.sink([Failed(message, kind="unavailable_error", status=503)])
+
+
+class _LaterText:
+    """The text half of one step's tokens whose requests surely go on (`goes_on_whatever_its_text`),
+    made while the next step runs: the scheduler hands it to that step as its `meanwhile`, so the
+    detokenizing, the events and the wakeup of the event loop leave the path from one step to the
+    next. Each slot's text still comes in order and before anything else of its request: it runs
+    before the next step's results are taken, and before any message is handled.
+    """
+
+    def __init__(self, rows: list[tuple[Slot, Sample]], now: float, runner: Runner) -> None:
+        self._rows = rows
+        self._now = now
+        self._runner = runner
+        self._done = False
+
+    def run(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        outbox: dict[int, tuple[EventSink, list[Event]]] = {}
+        for slot, sample in self._rows:
+            task = slot.task
+            assert task is not None  # nothing ends a request before its later text has run
+            entry = outbox.get(task.id)
+            if entry is None:
+                entry = outbox[task.id] = (task.sink, [])
+            take_text(slot, sample, self._now, self._runner, entry[1])
+        for sink, events in outbox.values():
+            if events:
+                sink(events)

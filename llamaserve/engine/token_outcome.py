@@ -45,17 +45,7 @@ def take_token(
         tail = slot.stream.push(runner.piece(token, special=True)) if shown else ""
         _flush(slot, tail, events)
         return "eos"
-    slot.unsent_tokens.append(token)
-    if sample.logprob is not None:
-        slot.unsent_logprobs.append(sample.logprob)
-    piece = runner.piece(token, special=token in req.preserved_tokens)
-    text = slot.stream.push(piece)
-    if slot.reasoning is not None:
-        slot.reasoning.observe(piece.decode("utf-8", errors="replace"))
-    if text:
-        timings = slot_timings(slot, now) if req.timings_per_token else None
-        events.append(TextDelta(text, slot.unsent_tokens, slot.unsent_logprobs, timings))
-        slot.unsent_tokens, slot.unsent_logprobs = [], []
+    take_text(slot, sample, now, runner, events)
     if slot.stream.stopped:
         return "word"  # the stream already cut the text at the stop string
     stop_type = ""
@@ -71,6 +61,55 @@ def take_token(
     else:
         slot.next_token = token
     return stop_type
+
+
+def take_text(slot: Slot, sample: Sample, now: float, runner: Runner, events: list[Event]) -> None:
+    """The text of a sampled token that does not end its request: a TextDelta in ``events``
+    once the detokenizer and the stop strings let some text out."""
+    task = slot.task
+    assert task is not None
+    req = task.request
+    token = sample.token
+    slot.unsent_tokens.append(token)
+    if sample.logprob is not None:
+        slot.unsent_logprobs.append(sample.logprob)
+    piece = runner.piece(token, special=token in req.preserved_tokens)
+    text = slot.stream.push(piece)
+    if slot.reasoning is not None:
+        slot.reasoning.observe(piece.decode("utf-8", errors="replace"))
+    if text:
+        timings = slot_timings(slot, now) if req.timings_per_token else None
+        events.append(TextDelta(text, slot.unsent_tokens, slot.unsent_logprobs, timings))
+        slot.unsent_tokens, slot.unsent_logprobs = [], []
+
+
+def goes_on_whatever_its_text(slot: Slot, sample: Sample, runner: Runner) -> bool:
+    """Whether the request surely goes on after this token, without its text being looked at:
+    none of the stops that read the text (stop strings, `n_indent`, `t_max_predict_ms`, a
+    reasoning budget) applies to it, and the token is no end, no limit, no full context. Then
+    `take_token_early` and, later, `take_text` do what `take_token` would (the scheduler
+    runs the text's half while the next step runs)."""
+    task = slot.task
+    if task is None or slot.reasoning is not None:
+        return False
+    req = task.request
+    stream = slot.stream
+    return (
+        not stream.stop
+        and stream.min_indent <= 0
+        and req.t_max_predict_ms <= 0
+        and not req.timings_per_token
+        and req.n_predict != 0
+        and (req.n_predict < 0 or len(slot.generated) + 1 < req.n_predict)
+        and slot.n_past + 1 < slot.n_ctx
+        and (req.sampling.ignore_eos or not runner.is_eog(sample.token))
+    )
+
+
+def take_token_early(slot: Slot, sample: Sample) -> None:
+    """`take_token`'s half that the next step needs, for a token `goes_on_whatever_its_text`."""
+    slot.generated.append(sample.token)
+    slot.next_token = sample.token
 
 
 def _flush(slot: Slot, tail: str, events: list[Event]) -> None:

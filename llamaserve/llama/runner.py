@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from llamaserve.engine.runner import PlanRow, Sample, Sampler, SeqState, StepResult, verify_draft
@@ -69,6 +71,7 @@ class LlamaRunner:
         self.positions = MediaPositions() if mrope and media is not None else None
         # ggml's CPU flash-attention tile (llama/context.cpu_flash_attention_tile); 0: none.
         self.attention_tile_rows = attention_tile_rows
+        self._meanwhile: Callable[[], None] | None = None  # the step's `meanwhile`, until called
 
     def new_sampler(self, params: SamplingParams) -> SamplerChain:
         return SamplerChain(self.model, params)
@@ -116,7 +119,22 @@ class LlamaRunner:
                 return plan, f"llama_decode failed with code {code} (media)", code, {}
         return text, None, 0, failed
 
-    def step(self, plan: list[PlanRow]) -> StepResult:
+    def step(self, plan: list[PlanRow], meanwhile: Callable[[], None] | None = None) -> StepResult:
+        # Called right after the first llama_decode, before the sampling waits for its logits:
+        # on a GPU the decode runs on while the scheduler does its bookkeeping; on a CPU the
+        # decode has finished by then, and the order changes nothing.
+        self._meanwhile = meanwhile
+        try:
+            return self._step(plan)
+        finally:
+            self._run_meanwhile()
+
+    def _run_meanwhile(self) -> None:
+        meanwhile, self._meanwhile = self._meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+
+    def _step(self, plan: list[PlanRow]) -> StepResult:
         text, media_error, media_code, failed = self._decode_media(plan)
         if media_error is not None:
             return StepResult([[] for _ in plan], error=media_error, no_space=media_code == 1)
@@ -169,6 +187,7 @@ class LlamaRunner:
         code = self.context.decode(rows)
         if code != 0:
             return StepResult([[] for _ in plan], error=f"llama_decode failed with code {code}", no_space=code == 1)
+        self._run_meanwhile()
         ctx = self.context.handle
         n_vocab = self.model.n_vocab
         samples: list[list[Sample]] = []

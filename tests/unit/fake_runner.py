@@ -120,7 +120,9 @@ class FakeRunner:
     def new_sampler(self, params: SamplingParams) -> FakeSampler:
         return FakeSampler(seed=params.seed)
 
-    def step(self, plan: list[PlanRow]) -> StepResult:
+    def step(self, plan: list[PlanRow], meanwhile: Callable[[], None] | None = None) -> StepResult:
+        if meanwhile is not None:  # a CPU runner's order: the scheduler's bookkeeping first
+            meanwhile()
         # Media rows (negative placeholders) go to a batch of embeddings of their own.
         text = sum(len(r.tokens) for r in plan if r.tokens and r.tokens[0] >= 0)
         media = sum(len(r.tokens) for r in plan if r.tokens and r.tokens[0] < 0)

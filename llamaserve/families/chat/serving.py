@@ -38,7 +38,7 @@ from llamaserve.serving.prefill import split_prefill
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.structured import resolve_grammar
 from llamaserve.serving.template_kwargs import render_kwargs
-from llamaserve.sse import DONE, data_event
+from llamaserve.sse import DONE, OneStringEvent, data_event
 
 
 def render_prompt(
@@ -494,6 +494,17 @@ async def chat_chunks(
         yield ChatChunk(-1, usage=Usage.of([finished[i] for i in sorted(finished)]), timings=first.timings.to_json())
 
 
+def _content_event(envelope: dict[str, Any], index: int) -> OneStringEvent | None:
+    """The SSE bytes of choice `index`'s plain content chunk (most of a stream's chunks), built
+    around the text; None in the odd case where the envelope itself holds the template's mark."""
+    delta = {"content": OneStringEvent.MARK}
+    shape = {**envelope, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]}
+    try:
+        return OneStringEvent(shape)
+    except ValueError:
+        return None
+
+
 async def chat_stream(
     rt: ModelRuntime,
     req: ChatCompletionRequest,
@@ -502,21 +513,41 @@ async def chat_stream(
 ) -> AsyncIterator[bytes]:
     envelope = _envelope(rt, "chat.completion.chunk", jobs.id)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    texts = ["" for _ in jobs.requests]
+    verbose = jobs.verbose
+    texts = ["" for _ in jobs.requests]  # the first choice's text, for __verbose
+    content_events: dict[int, OneStringEvent | None] = {}
     async for chunk in chat_chunks(rt, jobs, events):
-        if chunk.index < 0:
+        index = chunk.index
+        if index < 0:
             if include_usage:
                 # llama-server puts the timings on the stream's last chunk
                 usage = chunk.usage.openai() if chunk.usage is not None else None
                 yield data_event({**envelope, "choices": [], "usage": usage, "timings": chunk.timings})
             continue
-        texts[chunk.index] += str(chunk.delta.get("content") or "")
+        delta = chunk.delta
+        if verbose:
+            texts[index] += str(delta.get("content") or "")
+        if (
+            len(delta) == 1
+            and type(text := delta.get("content")) is str
+            and chunk.logprobs is None
+            and chunk.finish_reason is None
+            and chunk.timings is None
+            and not chunk.extra
+            and chunk.finished is None
+        ):
+            if index not in content_events:
+                content_events[index] = _content_event(envelope, index)
+            template = content_events[index]
+            if template is not None:
+                yield template.event(text)
+                continue
         body = {
             **envelope,
             "choices": [
                 {
-                    "index": chunk.index,
-                    "delta": chunk.delta,
+                    "index": index,
+                    "delta": delta,
                     "logprobs": chunk.logprobs,
                     "finish_reason": chunk.finish_reason,
                 }
@@ -525,7 +556,7 @@ async def chat_stream(
         if chunk.timings is not None:
             body["timings"] = chunk.timings
         body.update(chunk.extra)
-        if jobs.verbose and chunk.finished is not None and chunk.index == 0:
+        if verbose and chunk.finished is not None and index == 0:
             done = generate.Completion(text=texts[0], finished=chunk.finished)
             body["__verbose"] = verbose_body(rt, jobs.requests[0], done)
         yield data_event(body)
