@@ -99,7 +99,7 @@ class NullRunner:
     def seq_state(self, seq_id: int) -> bytes:
         return b"\0" * 64  # the serialised cells' size does not matter for Python's cost
 
-    def set_seq_state(self, seq_id: int, data: bytes) -> bool:
+    def set_seq_state(self, seq_id: int, data: bytes, tokens: list[int]) -> bool:
         return True
 
     def save_seq_file(self, path: str, seq_id: int, tokens: list[int]) -> int:
@@ -156,9 +156,9 @@ class Workload:
                 self.in_flight -= 1
 
 
-def measure(n_slots: int, steps: int, seed: int) -> dict[str, float]:
+def measure(n_slots: int, steps: int, seed: int, prefix_sharing: bool = True) -> dict[str, float]:
     runner = NullRunner(n_slots)
-    policy = CachePolicy(cache_ram_bytes=-1, cache_idle_slots=True, kv_unified=True)
+    policy = CachePolicy(cache_ram_bytes=-1, cache_idle_slots=True, kv_unified=True, prefix_sharing=prefix_sharing)
     scheduler = Scheduler(runner, n_slots, cache=policy, n_ctx_slot=N_CTX)
     work = Workload(scheduler, n_slots, seed)
     # Warm up until every conversation's first long prompt is in (a slot or the host cache):
@@ -191,9 +191,16 @@ def main() -> int:
     parser.add_argument("--slots", default="8,16,32,64", help="comma-separated slot counts")
     parser.add_argument("--steps", type=int, default=2000, help="measured steps per slot count")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--no-prefix-sharing",
+        action="store_true",
+        help="turn cell sharing across slots off (what the server's --no-prefix-sharing does), to see its cost",
+    )
     args = parser.parse_args()
-    rows = [measure(int(n), args.steps, args.seed) for n in args.slots.split(",")]
+    sharing = not args.no_prefix_sharing
+    rows = [measure(int(n), args.steps, args.seed, sharing) for n in args.slots.split(",")]
     print(f"budget: scheduler overhead under {BUDGET_MS_PER_STEP_AT_64:.1f} ms per step at 64 slots")
+    print(f"prefix sharing: {'on' if sharing else 'off'}")
     print(f"{'slots':>5} {'ms/step mean':>13} {'ms/step p99':>12} {'µs/token':>9} {'tokens/step':>12}")
     for r in rows:
         print(

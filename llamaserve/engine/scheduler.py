@@ -302,7 +302,7 @@ class Scheduler:
             f.t_start = leader.t_start
             f.t_prompt_done = now
             f.state = SlotState.GENERATING
-            self.kv.sharing.note(f)
+            self.kv.sharing.note(f, known=self.kv.sharing.held_chain(leader))
 
     def _handle(self, msg: Message) -> None:
         if isinstance(msg, Submit):
@@ -347,6 +347,9 @@ class Scheduler:
         room = KVRoom(self.slots, self.runner.n_ctx_seq) if self.kv.policy.kv_unified else None
         # Lower priority values first; equal ones in arrival order (task ids grow).
         for group in sorted(self._waiting, key=lambda g: (g[0].request.priority, g[0].id)):
+            if len(self._busy) == len(self.slots):
+                still_waiting.append(group)  # the last idle slot was taken: the rest wait
+                continue
             if room is not None and not room.take(group[0].request, len(group)):
                 still_waiting.append(group)
                 continue

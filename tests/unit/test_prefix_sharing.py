@@ -79,9 +79,13 @@ def decoded_tokens(runner: FakeRunner) -> int:
 
 
 def check_kv(s: Scheduler, runner: FakeRunner) -> None:
-    """Every slot's cells hold exactly its cached tokens, and the count of distinct cells is true."""
+    """Every slot's cells hold exactly its cached tokens, the count of distinct cells is true,
+    and the prefix index, kept up block by block as sequences grow and are cut, has every
+    slot's whole blocks as hashing its cells afresh would."""
     for slot in s.slots:
         assert runner.tokens(slot.id) == slot.cache_tokens, f"slot {slot.id}"
+        if s.kv.sharing.enabled:
+            assert s.kv.sharing.held_chain(slot) == block_hashes(slot.cache_tokens, slot.cache_lora), f"slot {slot.id}"
     assert s.kv.sharing.distinct_cells(s.slots) == runner.n_cells_used
 
 

@@ -26,11 +26,19 @@ def block_hashes(tokens: list[int], seed: object = (), known: list[int] | None =
     tokens are known to begin with, under the same seed; hashing resumes after it.
     """
     hashes = list(known[: len(tokens) // BLOCK]) if known else []
-    h = hashes[-1] if hashes else hash(seed)
-    for start in range(len(hashes) * BLOCK, len(tokens) - BLOCK + 1, BLOCK):
-        h = hash((h, tuple(tokens[start : start + BLOCK])))
-        hashes.append(h)
+    hashes += more_block_hashes(tokens, seed, hashes)
     return hashes
+
+
+def more_block_hashes(tokens: list[int], seed: object, known: list[int]) -> list[int]:
+    """The chain hashes of the whole blocks of ``tokens`` after the ``len(known)`` leading ones
+    whose chain ``known`` is (under ``seed``)."""
+    more: list[int] = []
+    h = known[-1] if known else hash(seed)
+    for start in range(len(known) * BLOCK, len(tokens) - BLOCK + 1, BLOCK):
+        h = hash((h, tuple(tokens[start : start + BLOCK])))
+        more.append(h)
+    return more
 
 
 class PrefixIndex:
@@ -43,21 +51,59 @@ class PrefixIndex:
         self._hashes: dict[int, list[int]] = {}
 
     def add(self, key: int, hashes: list[int]) -> None:
-        self._hashes[key] = hashes
+        self.remove(key)
+        self._hashes[key] = list(hashes)  # the index's own copy: extend and truncate edit it
         for h in hashes:
             self._by_hash.setdefault(h, set()).add(key)
-        if hashes:
-            self._by_last.setdefault(hashes[-1], set()).add(key)
-        else:
-            self._blockless.add(key)
+        self._mark_end(key, hashes)
 
     def remove(self, key: int) -> None:
         hashes = self._hashes.pop(key, [])
         for h in hashes:
             _discard(self._by_hash, h, key)
+        self._unmark_end(key, hashes)
+
+    def chain(self, key: int) -> list[int]:
+        """The chain indexed for ``key`` (not to be edited); empty when none is."""
+        return self._hashes.get(key, [])
+
+    def extend(self, key: int, more: list[int]) -> None:
+        """Blocks appended to ``key``'s sequence: only they are indexed, not the whole chain
+        again (a sequence that grows a block at a time would otherwise cost its length each time)."""
+        hashes = self._hashes.get(key)
+        if hashes is None:
+            self.add(key, more)
+            return
+        if not more:
+            return
+        self._unmark_end(key, hashes)
+        for h in more:
+            self._by_hash.setdefault(h, set()).add(key)
+        hashes.extend(more)
+        self._mark_end(key, hashes)
+
+    def truncate(self, key: int, n_blocks: int) -> None:
+        """``key``'s sequence keeps only its first ``n_blocks`` blocks: only the others leave."""
+        hashes = self._hashes.get(key)
+        if hashes is None or len(hashes) <= n_blocks:
+            return
+        self._unmark_end(key, hashes)
+        for h in hashes[n_blocks:]:
+            _discard(self._by_hash, h, key)
+        del hashes[n_blocks:]
+        self._mark_end(key, hashes)
+
+    def _mark_end(self, key: int, hashes: list[int]) -> None:
+        if hashes:
+            self._by_last.setdefault(hashes[-1], set()).add(key)
+        else:
+            self._blockless.add(key)
+
+    def _unmark_end(self, key: int, hashes: list[int]) -> None:
         if hashes:
             _discard(self._by_last, hashes[-1], key)
-        self._blockless.discard(key)
+        else:
+            self._blockless.discard(key)
 
     def chains_within(self, hashes: list[int]) -> list[int]:
         """Keys whose whole-block chain is a leading part of ``hashes`` (shorter sequences too)."""

@@ -87,9 +87,11 @@ class SlotKV:
         if not same_lora:
             self._truncate(slot, 0)
             slot.cache_lora = req.lora
-        # The prompt's block hashes, kept for the slot: its KV will begin with this prompt.
+        # The prompt's block hashes, kept for the slot: its KV will begin with this prompt. Those
+        # of the part the slot holds already are known (KV cut next or parked keeps them).
         indexed = self.prompt_cache is not None or self.sharing.enabled
-        prompt_hashes = block_hashes(prompt, req.lora) if indexed else []
+        own = self._chain(slot)[: keep // BLOCK] if same_lora else []
+        prompt_hashes = block_hashes(prompt, req.lora, known=own) if indexed else []
         self._prompt_hashes = (prompt, prompt_hashes)  # begin_prefill's, right after
         lender, n_live = self.sharing.find_held(prompt, prompt_hashes, req.lora, slot) if reuse else (None, 0)
         n_live = shareable(prompt, n_live)
@@ -128,7 +130,7 @@ class SlotKV:
             keep = padded
         self._truncate(slot, keep)
         slot.cache_hashes = prompt_hashes[: keep // BLOCK]  # the slot now holds prompt[:keep]
-        self.sharing.note(slot)
+        self.sharing.note(slot, known=prompt_hashes)
         return keep, min(shared, keep)
 
     def begin_prefill(self, slot: Slot) -> None:
@@ -164,7 +166,9 @@ class SlotKV:
             self.stats.prompt_tokens_cached_total += n - slot.n_cached
             slot.n_shared = slot.n_cached = n
         slot.state = SlotState.PREFILL
-        self.sharing.prefilling(slot, block_hashes(slot.prompt, slot.task.request.lora))
+        # The slot holds a prefix of its prompt now: only the rest of the prompt is hashed.
+        hashes = block_hashes(slot.prompt, slot.task.request.lora, known=self.sharing.held_chain(slot))
+        self.sharing.prefilling(slot, hashes)
 
     def park_idle(self, slots: list[Slot]) -> None:
         """--cache-idle-slots: keep idle slots' KV in host memory only, as llama-server does.
@@ -216,7 +220,7 @@ class SlotKV:
         tokens = slot.cache_tokens
         if not tokens:
             return False
-        hashes = block_hashes(tokens, slot.cache_lora, known=slot.cache_hashes)
+        hashes = block_hashes(tokens, slot.cache_lora, known=self._chain(slot))
         if self.prompt_cache.covers(tokens, slot.cache_lora, hashes):
             slot.kv_in_host_cache = True
             return False
@@ -225,6 +229,11 @@ class SlotKV:
             self.stats.prompt_cache_saves += 1
             return True
         return False
+
+    def _chain(self, slot: Slot) -> list[int]:
+        """Chain hashes of a leading run of the slot's whole blocks, under its scales: all of
+        them from the sharing index when it is on, else those prepare kept (`cache_hashes`)."""
+        return self.sharing.held_chain(slot) or slot.cache_hashes
 
     def _move_chunks(self, slot: Slot, prompt: list[int], keep: int, min_chunk: int) -> int:
         moves, in_place = plan_chunk_reuse(slot.cache_tokens, prompt, keep, min_chunk)

@@ -31,19 +31,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llamaserve.engine.backend import media_slot
-from llamaserve.engine.kv.blocks import BLOCK, PrefixIndex, block_hashes
+from llamaserve.engine.kv.blocks import BLOCK, PrefixIndex, more_block_hashes
 from llamaserve.engine.kv.slot import Join, Lent, Slot, SlotState, common_prefix_length
 from llamaserve.engine.runner import Runner
 
 
 @dataclass
 class _Indexed:
-    """What the held index has for one slot: the chain of its cells' whole blocks, hashed
-    when the slot's kv_version and LoRA scales were these."""
+    """What the held index has for one slot: the chain of its cells' first ``end // BLOCK``
+    whole blocks, hashed when the slot's kv_version and LoRA scales were these."""
 
     version: int
     lora: tuple[float, ...]
-    hashes: list[int]
+    end: int
 
 
 def media_safe(prompt: list[int], n: int) -> int:
@@ -78,30 +78,48 @@ class PrefixSharing:
             self._slots[slot.id] = slot
 
     # ------------------------------------------------------------ the indexes
-    def note(self, slot: Slot) -> None:
-        """The slot's cells changed: index its whole blocks (only the new ones when it grew)."""
+    def note(self, slot: Slot, known: list[int] | None = None) -> None:
+        """The slot's cells changed: index its whole blocks. A sequence that grew costs only
+        the blocks it completed, and one that was cut (`cut`) only those it lost, so a step
+        that completes no block costs a comparison. ``known``: a chain the slot's cells are
+        known to begin with (under its scales), such as its lender's: those blocks are not hashed."""
         if not self.enabled:
             return
-        n_blocks = len(slot.cache_tokens) // BLOCK
+        tokens = slot.cache_tokens
         cur = self._held_at.get(slot.id)
-        known = None
-        if cur is not None and cur.version == slot.kv_version and cur.lora == slot.cache_lora:
-            if len(cur.hashes) == n_blocks:
-                return  # the usual step: no block completed
-            known = cur.hashes
-        self._index(slot, block_hashes(slot.cache_tokens, slot.cache_lora, known=known))
-
-    def _index(self, slot: Slot, hashes: list[int]) -> None:
-        self._held.remove(slot.id)
-        if hashes:
+        if cur is None or cur.version != slot.kv_version or cur.lora != slot.cache_lora or len(tokens) < cur.end:
+            hashes = list(known[: len(tokens) // BLOCK]) if known else []
+            hashes += more_block_hashes(tokens, slot.cache_lora, hashes)
             self._held.add(slot.id, hashes)
-        self._held_at[slot.id] = _Indexed(slot.kv_version, slot.cache_lora, hashes)
+            self._held_at[slot.id] = _Indexed(slot.kv_version, slot.cache_lora, len(hashes) * BLOCK)
+            return
+        if len(tokens) < cur.end + BLOCK:
+            return  # the usual step: no block completed
+        chain = self._held.chain(slot.id)
+        n_have, n_blocks = len(chain), len(tokens) // BLOCK
+        more = list(known[n_have:n_blocks]) if known and len(known) > n_have else []
+        more += more_block_hashes(tokens, slot.cache_lora, chain + more if more else chain)
+        self._held.extend(slot.id, more)
+        cur.end = n_blocks * BLOCK
+
+    def held_chain(self, slot: Slot) -> list[int]:
+        """The chain of the slot's whole blocks as the held index has it (not to be edited), or
+        [] when the index is off or has not seen the slot's latest cells."""
+        cur = self._held_at.get(slot.id)
+        if (
+            not self.enabled
+            or cur is None
+            or cur.version != slot.kv_version
+            or cur.lora != slot.cache_lora
+            or cur.end != len(slot.cache_tokens) // BLOCK * BLOCK
+        ):
+            return []
+        return self._held.chain(slot.id)
 
     def prefilling(self, slot: Slot, hashes: list[int]) -> None:
         """The slot's prefill will write its prompt (``hashes``: its chain under the request's
         scales): requests arriving meanwhile may wait for it instead of computing the same."""
         if self.enabled and hashes:
-            self._coming.remove(slot.id)
             self._coming.add(slot.id, hashes)
 
     def prefilled(self, slot: Slot) -> None:
@@ -167,7 +185,7 @@ class PrefixSharing:
         slot.cache_hashes = []
         slot.lent = Lent(lender, lender.kv_epoch, n)
         self.link(lender, slot, n)
-        self.note(slot)
+        self.note(slot, known=self.held_chain(lender))
 
     def link(self, lender: Slot, slot: Slot, n: int) -> None:
         """``slot`` now holds the lender's cells below n: it and the lender become peers, and so
@@ -190,7 +208,9 @@ class PrefixSharing:
             slot.kv_epoch += 1
         cur = self._held_at.get(slot.id)
         if cur is not None and self.enabled:  # the blocks before the cut still hold what they held
-            self._index(slot, cur.hashes[: keep // BLOCK])
+            cur.end = min(cur.end, keep // BLOCK * BLOCK)
+            cur.version = slot.kv_version
+            self._held.truncate(slot.id, cur.end // BLOCK)
         if slot.lent is not None:
             slot.lent.n = min(slot.lent.n, keep)
             if slot.lent.n <= 0:
