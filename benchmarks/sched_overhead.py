@@ -12,7 +12,12 @@ prompts still in prefill and answers being generated; each finished request is
 replaced at once by a new one from a small set of long conversations (so
 prefix matching and the host cache are exercised), and a few wait in the queue.
 
-    .venv/bin/python benchmarks/sched_overhead.py [--slots 8,16,32,64] [--steps 400]
+    .venv/bin/python benchmarks/sched_overhead.py [--slots 8,16,32,64] [--steps 400] [--no-prefix-sharing]
+
+With prefix sharing (the default) a follow-up turn shares what another slot holds of its
+conversation, so fewer slots sit in prefill and more generate: more tokens come out of each
+step, and each costs its text. Compare µs/token as well as ms/step, and run with
+--no-prefix-sharing to see what sharing's own bookkeeping adds.
 
 Prints a table and exits 1 when the 64-slot step overhead exceeds the budget.
 """

@@ -1,11 +1,12 @@
 """The block-hash prefix index (engine/kv/blocks.py): chains extended and cut in place index
-exactly what a chain built from scratch does."""
+exactly what a chain built from scratch does, and a lookup through it never trusts a hash alone."""
 
 from __future__ import annotations
 
 import random
 
 from llamaserve.engine.kv.blocks import BLOCK, PrefixIndex, block_hashes, more_block_hashes
+from llamaserve.engine.kv.host_cache import PromptCache
 
 
 def contents(index: PrefixIndex) -> tuple[object, ...]:
@@ -47,3 +48,18 @@ def test_extending_and_truncating_a_key_indexes_what_adding_it_afresh_does() -> 
         assert contents(live) == contents(fresh)
     live.remove(0)
     assert 0 not in live._hashes and all(0 not in keys for keys in live._by_hash.values())
+
+
+def test_a_cached_entry_whose_blocks_only_hash_like_the_prompts_is_never_restored() -> None:
+    """Entries are compared past their shared blocks and the one chosen over those blocks too:
+    an entry indexed under another sequence's chain (as a hash collision would) is passed over."""
+    real = list(range(1, 3 * BLOCK + 50))
+    impostor = [7] * (2 * BLOCK) + real[2 * BLOCK :]  # the same tokens from the third block on
+    cache = PromptCache(-1)
+    cache.put(impostor, b"impostor", (), hashes=block_hashes(real))
+    assert cache.best(real + [1, 2, 3]) == (None, 0)
+    cache.put(real[: BLOCK + 10], b"real")
+    entry, n = cache.best(real + [1, 2, 3])
+    assert entry is not None and entry.state == b"real" and n == BLOCK + 10
+    # Nothing longer than what the caller has already: nothing is looked up.
+    assert cache.best(real + [1, 2, 3], beat=BLOCK + 10) == (None, 0)

@@ -96,9 +96,10 @@ class PromptCache:
         return True
 
     def best(
-        self, prompt: list[int], lora: tuple[float, ...] = (), hashes: list[int] | None = None
+        self, prompt: list[int], lora: tuple[float, ...] = (), hashes: list[int] | None = None, beat: int = 0
     ) -> tuple[CachedPrompt | None, int]:
-        """The entry sharing the longest prefix with prompt, and that length (marked recently used).
+        """The entry sharing the longest prefix with prompt, and that length (marked recently used);
+        only one sharing more than ``beat`` tokens (what the caller has without it).
 
         Only entries the prompt would keep at least MIN_KEEP_SHARE of count, as in llama-server:
         a restore copies the whole state into the KV cache, so taking a few tokens of a long one
@@ -113,18 +114,28 @@ class PromptCache:
         # the higher ones again; those were found ineligible already and are not compared twice.
         compared: set[int] = set()
         for n_blocks in range(self._index.longest_shared(hashes), -1, -1):
-            best_key, best_len = -1, 0
+            start = n_blocks * BLOCK
+            if start + BLOCK - 1 <= beat:
+                break  # an entry first found here shares less than a block more than this level
+            found: list[tuple[int, int]] = []
             for key in self._index.sharing(hashes, n_blocks) if n_blocks else self._entries:
                 if key in compared:
                     continue
                 compared.add(key)
                 entry = self._entries[key]
-                n = common_prefix_length(entry.tokens, prompt) if entry.lora == lora else 0
-                if n > best_len and n >= MIN_KEEP_SHARE * len(entry.tokens):
-                    best_key, best_len = key, n
-            if best_key >= 0:
-                self._entries.move_to_end(best_key)
-                return self._entries[best_key], best_len
+                if entry.lora != lora:
+                    continue
+                # Its first n_blocks blocks hash like the prompt's, so only the rest is compared
+                # for each entry; those blocks only for the entry chosen, below.
+                n = common_prefix_length(entry.tokens, prompt, start)
+                if n > beat and n >= MIN_KEEP_SHARE * len(entry.tokens):
+                    found.append((n, key))
+            found.sort(key=lambda f: (-f[0], f[1]))
+            for n, key in found:
+                entry = self._entries[key]
+                if not start or entry.tokens[:start] == prompt[:start]:  # a hash collision fails here
+                    self._entries.move_to_end(key)
+                    return entry, n
         return None, 0
 
     def _drop(self, key: int) -> None:

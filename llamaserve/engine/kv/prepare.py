@@ -93,10 +93,11 @@ class SlotKV:
         own = self._chain(slot)[: keep // BLOCK] if same_lora else []
         prompt_hashes = block_hashes(prompt, req.lora, known=own) if indexed else []
         self._prompt_hashes = (prompt, prompt_hashes)  # begin_prefill's, right after
-        lender, n_live = self.sharing.find_held(prompt, prompt_hashes, req.lora, slot) if reuse else (None, 0)
+        found = self.sharing.find_held(prompt, prompt_hashes, req.lora, slot, beat=keep) if reuse else (None, 0)
+        lender, n_live = found
         n_live = shareable(prompt, n_live)
         if reuse and self.prompt_cache is not None:
-            entry, n = self.prompt_cache.best(prompt, req.lora, prompt_hashes)
+            entry, n = self.prompt_cache.best(prompt, req.lora, prompt_hashes, beat=max(keep, n_live))
             # A restore copies a whole state into new cells; sharing copies nothing, so it wins a tie.
             if entry is not None and n > keep and shareable(prompt, n) > n_live:
                 self._truncate(slot, 0)

@@ -127,17 +127,19 @@ class PrefixSharing:
         self._coming.remove(slot.id)
 
     def find_held(
-        self, prompt: list[int], hashes: list[int], lora: tuple[float, ...], exclude: Slot
+        self, prompt: list[int], hashes: list[int], lora: tuple[float, ...], exclude: Slot, beat: int = 0
     ) -> tuple[Slot | None, int]:
         """The sequence holding the longest prefix of ``prompt`` (whole blocks at least) under
-        the same adapter scales, and that length; (None, 0) when none does."""
-        return self._longest(self._held, prompt, hashes, lora, exclude, coming=False)
+        the same adapter scales, and that length; (None, 0) when none does, or none holds
+        more than ``beat`` tokens of it (what the caller has without it)."""
+        return self._longest(self._held, prompt, hashes, lora, exclude, beat, coming=False)
 
     def find_coming(
-        self, prompt: list[int], hashes: list[int], lora: tuple[float, ...], exclude: Slot
+        self, prompt: list[int], hashes: list[int], lora: tuple[float, ...], exclude: Slot, beat: int = 0
     ) -> tuple[Slot | None, int]:
-        """The prefill whose prompt shares the longest prefix with ``prompt``, and that length."""
-        return self._longest(self._coming, prompt, hashes, lora, exclude, coming=True)
+        """The prefill whose prompt shares the longest prefix with ``prompt`` (more than ``beat``
+        tokens), and that length."""
+        return self._longest(self._coming, prompt, hashes, lora, exclude, beat, coming=True)
 
     def _longest(
         self,
@@ -146,32 +148,44 @@ class PrefixSharing:
         hashes: list[int],
         lora: tuple[float, ...],
         exclude: Slot,
+        beat: int,
         *,
         coming: bool,
     ) -> tuple[Slot | None, int]:
         if not self.enabled or not hashes:
             return None, 0
-        # Every key at the longest shared level shares that many blocks by hash; the token
-        # comparison gives the exact length (and catches a stale entry). Only if every one of
-        # them is stale is the next level down looked at.
+        # Every key at the longest shared level shares that many blocks by hash: the tokens after
+        # them are compared for each, the blocks themselves only for the longest (which catches
+        # a stale entry or a hash collision: then the next one, then the next level down).
         for level in range(index.longest_shared(hashes), 0, -1):
-            best, best_n = None, 0
+            start = level * BLOCK
+            if start + BLOCK - 1 <= beat:
+                break  # a sequence first found here shares less than a block more than this level
+            found: list[tuple[int, int]] = []
             for key in index.sharing(hashes, level):
+                tokens = self._tokens(self._slots[key], lora, exclude, coming)
+                if tokens is not None:
+                    found.append((common_prefix_length(tokens, prompt, start), key))
+            found.sort(key=lambda f: (-f[0], f[1]))
+            for n, key in found:
                 slot = self._slots[key]
-                if slot is exclude:
-                    continue
-                if coming:
-                    usable = (
-                        slot.state is SlotState.PREFILL and slot.task is not None and slot.task.request.lora == lora
-                    )
-                    n = common_prefix_length(slot.prompt, prompt) if usable else 0
-                else:
-                    n = common_prefix_length(slot.cache_tokens, prompt) if slot.cache_lora == lora else 0
-                if n > best_n:
-                    best, best_n = slot, n
-            if best is not None and best_n >= level * BLOCK:
-                return best, best_n
+                tokens = self._tokens(slot, lora, exclude, coming)
+                if n <= beat:
+                    break
+                if tokens is not None and tokens[:start] == prompt[:start]:
+                    return slot, n
         return None, 0
+
+    @staticmethod
+    def _tokens(slot: Slot, lora: tuple[float, ...], exclude: Slot, coming: bool) -> list[int] | None:
+        """What a candidate of `_longest` offers: the prompt its prefill writes, or the tokens its
+        cells hold; None when it offers nothing under these adapter scales."""
+        if slot is exclude:
+            return None
+        if coming:
+            usable = slot.state is SlotState.PREFILL and slot.task is not None and slot.task.request.lora == lora
+            return slot.prompt if usable else None
+        return slot.cache_tokens if slot.cache_lora == lora else None
 
     # ------------------------------------------------------------ sharing cells
     def share(self, lender: Slot, slot: Slot, n: int) -> None:
@@ -253,7 +267,7 @@ class PrefixSharing:
         task = slot.task
         if task is None or not self.enabled:
             return None
-        leader, n = self.find_coming(slot.prompt, hashes, task.request.lora, slot)
+        leader, n = self.find_coming(slot.prompt, hashes, task.request.lora, slot, beat=keep + BLOCK - 1)
         n = shareable(slot.prompt, n)
         if leader is None or leader.task is None or n - keep < BLOCK or n <= leader.n_past:
             return None

@@ -55,8 +55,9 @@ class Join:
     n: int
 
 
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    """Longest common prefix of two token lists.
+def common_prefix_length(a: list[int], b: list[int], start: int = 0) -> int:
+    """Longest common prefix of two token lists (whose first ``start`` tokens are taken as equal:
+    the caller knows it, or checks it apart).
 
     Slice comparisons keep the work in C, which matters for prompts of thousands of
     tokens checked against every slot and cache entry. Chunks that double in size
@@ -65,7 +66,7 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     the chunk holding the first difference is then halved down to it.
     """
     n = min(len(a), len(b))
-    done, step = 0, 64  # a[:done] == b[:done]
+    done, step = min(start, n), 64  # a[:done] == b[:done]
     while done < n:
         end = min(done + step, n)
         if a[done:end] != b[done:end]:
