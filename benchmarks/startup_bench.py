@@ -218,7 +218,9 @@ def main() -> None:
         print(f"| interpreter (python -c pass) | {interpreter:.3f} |")
         print(f"| imports ({STARTUP_IMPORTS}) | {imports:.3f} |")
         print(f"| model load (logged) | {load:.3f} |")
-        print(f"| the rest: flags, app, bind, uvicorn, polling | {rest:.3f} |")
+        print(
+            f"| the rest: flags, app, bind, uvicorn, polling (less the load's overlap with the imports) | {rest:.3f} |"
+        )
         print(f"| (not in ours: compiling our modules, ours-compiling only) | {compiling:.3f} |")
         offenders = import_offenders(12, cached, tmp)
         print("\nimport time by top-level package (python -X importtime, self times summed, ms):")

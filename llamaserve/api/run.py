@@ -20,8 +20,7 @@ import os
 import signal
 from collections.abc import Callable
 from types import FrameType
-
-import uvicorn
+from typing import TYPE_CHECKING
 
 from llamaserve.api.event_loop import run_on_fast_loop
 from llamaserve.api.listen import BindError, Listener, close_listeners, open_listeners
@@ -30,6 +29,9 @@ from llamaserve.api.shutdown import ASGIApp
 from llamaserve.api.timeouts import read_timeout_protocol
 from llamaserve.config import ConfigError, ServerConfig
 from llamaserve.telemetry.tracing import start_tracing
+
+if TYPE_CHECKING:  # imported where the server starts: the model server's load begins before it
+    import uvicorn
 
 # ASGIApp is named here too, so a process's Site needs nothing of api/ but this module.
 __all__ = [
@@ -146,6 +148,8 @@ def run_server(config: ServerConfig, listeners: list[Listener], site: Site, stop
 
 
 async def _serve(config: ServerConfig, listeners: list[Listener], site: Site, stop: StopSwitch) -> None:
+    import uvicorn
+
     app = await site.open(stop)
     server = uvicorn.Server(uvicorn_config(config, app, site))
     stop.attach(server)
@@ -158,6 +162,8 @@ async def _serve(config: ServerConfig, listeners: list[Listener], site: Site, st
 def uvicorn_config(config: ServerConfig, app: ASGIApp, site: Site) -> uvicorn.Config:
     """The settings every process shares: no uvicorn access log (ours is api/middleware.py), the
     keep-alive bounded by --timeout, TLS from --ssl-key-file/--ssl-cert-file."""
+    import uvicorn
+
     return uvicorn.Config(
         app,
         log_level="warning",

@@ -27,7 +27,7 @@ from llamaserve.api.parent_watch import exit_when_stdin_closes, is_router_child
 from llamaserve.api.run import Site, StopSwitch, bind, run_server, start_request_tracing
 from llamaserve.api.shutdown import ASGIApp, DrainMiddleware
 from llamaserve.api.threads import size_worker_threads
-from llamaserve.api.timeouts import TimeoutMiddleware, read_timeout_protocol
+from llamaserve.api.timeouts import TimeoutMiddleware
 from llamaserve.config import ServerConfig
 from llamaserve.serving.state import ServerState
 
@@ -130,7 +130,6 @@ class _ModelSite(Site):
         self.listeners = listeners
         self.toolbox = toolbox
         self.exit_code = 0
-        self.http = read_timeout_protocol(state.config.timeout) or "auto"
         self.batches: BatchService | None = None  # with the app, in open()
         self.loader = threading.Thread(target=self._load, name="llamaserve-load", daemon=True)
         self.stop = stop
