@@ -7,9 +7,10 @@ answer `{"type": "error", "error": {"type", "message"}}`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # pydantic loads with the app, after the model's load has begun (start-up time)
+    from pydantic import ValidationError
 
 # llama-server's error types, with the HTTP status each maps to.
 ERROR_STATUS: dict[str, int] = {
