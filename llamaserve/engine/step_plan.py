@@ -71,6 +71,12 @@ def plan_prefill(
         (s for s in slots if s.state is SlotState.PREFILL and s.task is not None and s.task.request.lora == lora),
         key=lambda s: prefill_order(s.task.request.priority if s.task else 0, s.prompt_remaining, s.prefill_credit),
     )
+    # One priority per step: on a CPU a step's time grows with its prompt tokens, so a
+    # background prompt (a Batch API line) sharing the step with an interactive one would
+    # double that request's time to its first token. Equal priorities still share steps.
+    if prefilling:
+        urgent = _priority(prefilling[0])
+        prefilling = [s for s in prefilling if _priority(s) == urgent]
     for slot in prefilling:
         if budget <= 0:
             break
@@ -94,6 +100,10 @@ def plan_prefill(
         planned.append(slot)
         budget -= len(chunk)
     credit_waiting_prefills(prefilling, plan)
+
+
+def _priority(slot: Slot) -> int:
+    return slot.task.request.priority if slot.task is not None else 0
 
 
 def credit_waiting_prefills(prefilling: list[Slot], plan: list[PlanRow]) -> None:

@@ -61,6 +61,22 @@ def test_a_short_prompt_overtakes_a_long_prefill() -> None:
     assert short_out.finished is not None
 
 
+def test_a_background_prompt_does_not_share_a_step_with_an_urgent_one() -> None:
+    runner = FakeRunner(n_seq_max=3, n_batch=64, n_ctx_seq=512)
+    s = Scheduler(runner, 3)
+    background = [
+        submit(s, list(range(10 * k + 100, 10 * k + 140)), n_predict=1, priority=1_000_000)[1] for k in range(2)
+    ]
+    urgent_prompt = list(range(300, 340))
+    _, urgent = submit(s, urgent_prompt, n_predict=1)
+    run_until_idle(s)
+    # The urgent prompt was decoded alone, in the first step; the background ones (equal to
+    # each other) shared the next.
+    first_tokens = [sorted(row.tokens[0] for row in plan) for plan in runner.plans[:2]]
+    assert first_tokens == [[300], [100, 110]]
+    assert urgent.finished is not None and all(b.finished is not None for b in background)
+
+
 def test_a_long_prefill_is_not_starved_by_short_ones() -> None:
     runner = FakeRunner(n_seq_max=2, n_batch=16, n_ctx_seq=512)
     s = Scheduler(runner, 2)
