@@ -25,6 +25,10 @@ def adapter_sets(slots: list[Slot]) -> list[tuple[float, ...]]:
     return sets
 
 
+# Prompt tokens per step for a prompt of lower priority than a request that is generating.
+BACKGROUND_CHUNK = 32
+
+
 def plan_generating(
     slots: list[Slot],
     lora: tuple[float, ...],
@@ -77,6 +81,10 @@ def plan_prefill(
     if prefilling:
         urgent = _priority(prefilling[0])
         prefilling = [s for s in prefilling if _priority(s) == urgent]
+        # While more urgent requests are generating, a background prompt goes in small
+        # chunks: a request that arrives meanwhile waits at most for one short step.
+        if any(_priority(s) < urgent for s in slots if s.task is not None):
+            budget = min(budget, BACKGROUND_CHUNK)
     for slot in prefilling:
         if budget <= 0:
             break

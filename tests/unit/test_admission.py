@@ -8,6 +8,7 @@ import pytest
 from llamaserve.engine.admission import QueueFull, QueueLimits
 from llamaserve.engine.scheduler import Scheduler
 from llamaserve.engine.step_budget import MIN_PREFILL_TOKENS, PrefillBudget
+from llamaserve.engine.step_plan import BACKGROUND_CHUNK
 from llamaserve.engine.types import GenerationRequest
 
 from .fake_runner import EOG, FakeRunner
@@ -75,6 +76,22 @@ def test_a_background_prompt_does_not_share_a_step_with_an_urgent_one() -> None:
     first_tokens = [sorted(row.tokens[0] for row in plan) for plan in runner.plans[:2]]
     assert first_tokens == [[300], [100, 110]]
     assert urgent.finished is not None and all(b.finished is not None for b in background)
+
+
+def test_a_background_prompt_goes_in_small_chunks_while_an_urgent_request_generates() -> None:
+    runner = FakeRunner(n_seq_max=2, n_batch=512, n_ctx_seq=512)
+    s = Scheduler(runner, 2)
+    runner.scripts = {(1, 2, 3): [5] * 40 + [EOG]}
+    _, urgent = submit(s, [1, 2, 3])
+    s._drain_inbox(block=False)
+    s._step()  # the urgent request is generating now
+    background_prompt = list(range(100, 200))
+    _, background = submit(s, background_prompt, n_predict=1, priority=1_000_000)
+    run_until_idle(s)
+    chunks = [len(row.tokens) for plan in runner.plans for row in plan if all(100 <= t < 200 for t in row.tokens)]
+    # The urgent answer (40 tokens) outlasts the background prompt's 4 steps of 32 or fewer.
+    assert max(chunks) == BACKGROUND_CHUNK and sum(chunks) == len(background_prompt)
+    assert urgent.finished is not None and background.finished is not None
 
 
 def test_a_long_prefill_is_not_starved_by_short_ones() -> None:
