@@ -28,7 +28,7 @@ from llamaserve.engine.slot_reports import finished_event, progress_event
 from llamaserve.engine.speculative import Speculator, apply_verified
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.step_budget import PrefillBudget
-from llamaserve.engine.step_plan import adapter_sets, plan_generating, plan_prefill
+from llamaserve.engine.step_plan import adapter_sets, decode_rows_beside_prefill, plan_generating, plan_prefill
 from llamaserve.engine.token_outcome import goes_on_whatever_its_text, take_text, take_token, take_token_early
 from llamaserve.engine.types import (
     Event,
@@ -458,7 +458,10 @@ class Scheduler:
         # generating slots advance and an abandoned prompt stop after <= n_ubatch
         # tokens instead of after all of them.
         synth_for = self.spec.synth_for if self.spec is not None else None
-        plan, planned, budget = plan_generating(self._busy, lora, self._drafts(lora), synth_for, self.runner.n_ubatch)
+        decoding = decode_rows_beside_prefill(self._busy, lora)
+        plan, planned, budget = plan_generating(
+            decoding, lora, self._drafts(decoding, lora), synth_for, self.runner.n_ubatch
+        )
         if plan and not self.cont_batching:
             return plan, planned  # without continuous batching a new prompt waits for the generating slots
         if plan:
@@ -466,13 +469,13 @@ class Scheduler:
         plan_prefill(self._busy, lora, budget, self.runner.n_ubatch, plan, planned)
         return plan, planned
 
-    def _drafts(self, lora: tuple[float, ...]) -> dict[int, list[int]]:
-        """Speculative drafts for this step's generating slots, sharing the micro-batch evenly."""
+    def _drafts(self, slots: list[Slot], lora: tuple[float, ...]) -> dict[int, list[int]]:
+        """Speculative drafts for this step's generating ``slots``, sharing the micro-batch evenly."""
         if self.spec is None:
             return {}
         ready = [
             s
-            for s in self._busy
+            for s in slots
             if s.state is SlotState.GENERATING
             and s.next_token is not None
             and s.task is not None

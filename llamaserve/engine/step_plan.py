@@ -29,6 +29,21 @@ def adapter_sets(slots: list[Slot]) -> list[tuple[float, ...]]:
 BACKGROUND_CHUNK = 32
 
 
+def decode_rows_beside_prefill(slots: list[Slot], lora: tuple[float, ...]) -> list[Slot]:
+    """``slots`` less the generating ones of lower priority than a prompt waiting to be prefilled
+    under ``lora``: they sit that step out, so a request's prefill step carries no background
+    rows (each costs about a prompt token on a CPU)."""
+    waiting = [
+        _priority(s)
+        for s in slots
+        if s.state is SlotState.PREFILL and s.task is not None and s.task.request.lora == lora
+    ]
+    if not waiting:
+        return slots
+    urgent = min(waiting)
+    return [s for s in slots if s.state is not SlotState.GENERATING or _priority(s) <= urgent]
+
+
 def plan_generating(
     slots: list[Slot],
     lora: tuple[float, ...],

@@ -94,6 +94,23 @@ def test_a_background_prompt_goes_in_small_chunks_while_an_urgent_request_genera
     assert urgent.finished is not None and background.finished is not None
 
 
+def test_background_decode_rows_sit_out_an_urgent_prefill_step() -> None:
+    runner = FakeRunner(n_seq_max=2, n_batch=512, n_ctx_seq=512)
+    s = Scheduler(runner, 2)
+    runner.scripts = {(100, 101, 102): [7] * 40 + [EOG]}
+    _, background = submit(s, [100, 101, 102], priority=1_000_000)
+    s._drain_inbox(block=False)
+    s._step()
+    s._step()  # the background request is generating
+    urgent_prompt = list(range(300, 340))
+    _, urgent = submit(s, urgent_prompt, n_predict=1)
+    run_until_idle(s)
+    step = first_token_step(runner, 1, urgent_prompt)
+    assert [row.tokens[0] for row in runner.plans[step]] == [300]  # the urgent prompt alone
+    assert 7 in runner.plans[step + 1][0].tokens  # and the background answer goes on after it
+    assert urgent.finished is not None and background.finished is not None
+
+
 def test_a_long_prefill_is_not_starved_by_short_ones() -> None:
     runner = FakeRunner(n_seq_max=2, n_batch=16, n_ctx_seq=512)
     s = Scheduler(runner, 2)
