@@ -23,15 +23,16 @@ from llamaserve.engine.kv.policy import CachePolicy
 from llamaserve.engine.kv.prepare import SlotKV
 from llamaserve.engine.kv.room import KVRoom
 from llamaserve.engine.kv.slot import Lent, Slot, SlotState, Task
+from llamaserve.engine.later_text import LaterText
+from llamaserve.engine.outbox import Outbox, deliver, events_for
 from llamaserve.engine.runner import PlanRow, Runner, Sample
 from llamaserve.engine.slot_reports import finished_event, progress_event
 from llamaserve.engine.speculative import Speculator, apply_verified
 from llamaserve.engine.stats import SchedulerStats
 from llamaserve.engine.step_budget import PrefillBudget
 from llamaserve.engine.step_plan import adapter_sets, decode_rows_beside_prefill, plan_generating, plan_prefill
-from llamaserve.engine.token_outcome import goes_on_whatever_its_text, take_text, take_token, take_token_early
+from llamaserve.engine.token_outcome import goes_on_whatever_its_text, take_token, take_token_early
 from llamaserve.engine.types import (
-    Event,
     EventSink,
     Failed,
     Finished,
@@ -85,10 +86,10 @@ class Scheduler:
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
         self._running = True  # cleared by Shutdown; _step() also works without the thread (tests)
-        # The text half of the last step's tokens, run while the next step runs (`_LaterText`).
+        # The text half of the last step's tokens, run while the next step runs (`LaterText`).
         # On with the thread; a test stepping by hand sees each step's text at once unless it sets it.
         self.overlap_text = False
-        self._later: _LaterText | None = None
+        self._later: LaterText | None = None
 
     # --------------------------------------------------------- public (any thread)
     def start(self) -> None:
@@ -200,7 +201,7 @@ class Scheduler:
                 self._fail_slot(slot, f"decode failed: {result.error}")
             return
         now = time.perf_counter()
-        outbox: dict[int, tuple[EventSink, list[Event]]] = {}
+        outbox: Outbox = {}
         text_later: list[tuple[Slot, Sample]] = []
         prompt_lps = result.prompt_logprobs or [[] for _ in plan]
         for i, (row, slot, samples, scored) in enumerate(zip(plan, planned, result.samples, prompt_lps)):
@@ -239,10 +240,9 @@ class Scheduler:
             for owner, sample in zip([slot, *followers], samples):
                 if owner.task is not None:
                     self._on_token(owner, sample, now, outbox)
-        for sink, events in outbox.values():
-            sink(events)
+        deliver(outbox)
         if text_later:
-            self._later = _LaterText(text_later, now, self.runner)
+            self._later = LaterText(text_later, now, self.runner)
 
     def _take_verified(
         self,
@@ -250,7 +250,7 @@ class Scheduler:
         row: PlanRow,
         samples: list[Sample],
         now: float,
-        outbox: dict[int, tuple[EventSink, list[Event]]],
+        outbox: Outbox,
     ) -> None:
         assert self.spec is not None
         n_accepted = apply_verified(
@@ -258,9 +258,7 @@ class Scheduler:
         )
         self.spec.accepted(slot.id, n_accepted)
 
-    def _report_progress(
-        self, slot: Slot, now: float, outbox: dict[int, tuple[EventSink, list[Event]]] | None = None
-    ) -> None:
+    def _report_progress(self, slot: Slot, now: float, outbox: Outbox | None = None) -> None:
         """A prompt-progress report for a request that asked for them (return_progress)."""
         task = slot.task
         if task is None or not task.request.return_progress:
@@ -269,7 +267,7 @@ class Scheduler:
         if outbox is None:
             task.sink([event])
         else:
-            outbox.setdefault(task.id, (task.sink, []))[1].append(event)
+            events_for(outbox, task).append(event)
 
     def _drain_inbox(self, block: bool) -> None:
         if not block and self._inbox.empty():
@@ -485,17 +483,13 @@ class Scheduler:
         return self.spec.drafts([(s, self.spec.limit(s, share)) for s in ready])
 
     # ------------------------------------------------------------ results
-    def _on_token(
-        self, slot: Slot, sample: Sample, now: float, outbox: dict[int, tuple[EventSink, list[Event]]]
-    ) -> None:
+    def _on_token(self, slot: Slot, sample: Sample, now: float, outbox: Outbox) -> None:
         task = slot.task
         assert task is not None
-        entry = outbox.get(task.id)
-        if entry is None:
-            entry = outbox[task.id] = (task.sink, [])
-        stop_type = take_token(slot, sample, now, self.runner, self.kv, self.show_special, entry[1])
+        events = events_for(outbox, task)
+        stop_type = take_token(slot, sample, now, self.runner, self.kv, self.show_special, events)
         if stop_type:
-            entry[1].append(self._finish(slot, stop_type, now))
+            events.append(self._finish(slot, stop_type, now))
 
     def _finish(self, slot: Slot, stop_type: str, now: float) -> Finished:
         finished = finished_event(slot, stop_type, now)
@@ -561,34 +555,3 @@ class Scheduler:
         for group in waiting:
             for task in group:
                 task.sink([Failed(message, kind="unavailable_error", status=503)])
-
-
-class _LaterText:
-    """The text half of one step's tokens whose requests surely go on (`goes_on_whatever_its_text`),
-    made while the next step runs: the scheduler hands it to that step as its `meanwhile`, so the
-    detokenizing, the events and the wakeup of the event loop leave the path from one step to the
-    next. Each slot's text still comes in order and before anything else of its request: it runs
-    before the next step's results are taken, and before any message is handled.
-    """
-
-    def __init__(self, rows: list[tuple[Slot, Sample]], now: float, runner: Runner) -> None:
-        self._rows = rows
-        self._now = now
-        self._runner = runner
-        self._done = False
-
-    def run(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        outbox: dict[int, tuple[EventSink, list[Event]]] = {}
-        for slot, sample in self._rows:
-            task = slot.task
-            assert task is not None  # nothing ends a request before its later text has run
-            entry = outbox.get(task.id)
-            if entry is None:
-                entry = outbox[task.id] = (task.sink, [])
-            take_text(slot, sample, self._now, self._runner, entry[1])
-        for sink, events in outbox.values():
-            if events:
-                sink(events)

@@ -88,7 +88,7 @@ def plan_prefill(
     # barely notices); priority first, and waiting earns credit so nothing starves.
     prefilling = sorted(
         (s for s in slots if s.state is SlotState.PREFILL and s.task is not None and s.task.request.lora == lora),
-        key=lambda s: prefill_order(s.task.request.priority if s.task else 0, s.prompt_remaining, s.prefill_credit),
+        key=lambda s: prefill_order(_priority(s), s.prompt_remaining, s.prefill_credit),
     )
     # One priority per step: on a CPU a step's time grows with its prompt tokens, so a
     # background prompt (a Batch API line) sharing the step with an interactive one would

@@ -1,5 +1,5 @@
 """The text half of a step's tokens made while the next step runs (engine/scheduler.py's
-`_LaterText`, on whenever the scheduler runs its own thread): every request gets the same
+`LaterText`, on whenever the scheduler runs its own thread): every request gets the same
 events as when each step's text is made at once, in the same order, a message between two
 steps (an abort) still finds the text before it, and the runner is handed the work to run
 inside its step."""
