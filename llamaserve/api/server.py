@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from llamaserve.api.heap import settle_heap
 from llamaserve.api.listen import Listener, close_listeners
 from llamaserve.api.logs import setup_logging
 from llamaserve.api.parent_watch import exit_when_stdin_closes, is_router_child
@@ -153,6 +154,7 @@ class _ModelSite(Site):
         state = self.state
         try:
             state.runtime = state.loader(state.config)
+            settle_heap()  # the loaded model's objects out of the collector's passes (also after the app is built)
             for listener in self.listeners:
                 log.info("server listening on %s", listener.address)
         except Exception as exc:  # reported and turned into exit code 1
@@ -175,6 +177,7 @@ class _ModelSite(Site):
         if self.toolbox is not None:
             await self.toolbox.start()  # before the first request: GET /tools lists the MCP tools at once
         self._watcher = asyncio.create_task(self._drain_on_shutdown(drain))
+        settle_heap()  # the app's objects too (the model may have loaded first: api/heap.py)
         self.batches.start()  # resumes the batches a previous run left unfinished
         # Outermost: a stalled body read or response write is bounded before anything else sees it,
         # including the closing message a shutdown drain sends.
