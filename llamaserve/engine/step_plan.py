@@ -26,7 +26,7 @@ def adapter_sets(slots: list[Slot]) -> list[tuple[float, ...]]:
 
 
 # Prompt tokens per step for a prompt of lower priority than a request that is generating.
-BACKGROUND_CHUNK = 32
+BACKGROUND_CHUNK = 16
 
 
 def decode_rows_beside_prefill(slots: list[Slot], lora: tuple[float, ...]) -> list[Slot]:

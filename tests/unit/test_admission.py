@@ -89,7 +89,7 @@ def test_a_background_prompt_goes_in_small_chunks_while_an_urgent_request_genera
     _, background = submit(s, background_prompt, n_predict=1, priority=1_000_000)
     run_until_idle(s)
     chunks = [len(row.tokens) for plan in runner.plans for row in plan if all(100 <= t < 200 for t in row.tokens)]
-    # The urgent answer (40 tokens) outlasts the background prompt's 4 steps of 32 or fewer.
+    # The urgent answer (40 tokens) outlasts the background prompt's 7 steps of 16 or fewer.
     assert max(chunks) == BACKGROUND_CHUNK and sum(chunks) == len(background_prompt)
     assert urgent.finished is not None and background.finished is not None
 
