@@ -39,21 +39,22 @@ from llamaserve.llama.builtin_templates import builtin_template_names, render_bu
 from llamaserve.llama.context import Context, ContextSettings, cpu_flash_attention_tile
 from llamaserve.llama.devices import DeviceError, list_devices_text, pick_projector_device
 from llamaserve.llama.embed import Embedder
-from llamaserve.llama.load_params import LoadSettingsError, ModelLoadSettings
+from llamaserve.llama.load_params import LoadSettingsError
 from llamaserve.llama.logs import route_llama_logs
 from llamaserve.llama.lora import LoraError, load_adapters
 from llamaserve.llama.media import MediaPrompter, MediaStore
 from llamaserve.llama.memory import malloc_trim
-from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, gpu_offload_supported, init_numa
+from llamaserve.llama.model import LLAMA_CPP_VERSION, Model, gpu_offload_supported
 from llamaserve.llama.progress import set_load_progress
 from llamaserve.llama.runner import LlamaRunner
 from llamaserve.llama.threads import ThreadPools, set_process_priority
+from llamaserve.model_load import ModelLoad
 from llamaserve.serving.lora import from_config as lora_from_config
 from llamaserve.serving.runtime import ModelRuntime
 from llamaserve.serving.state import ServerState
 from llamaserve.serving.structured import server_default_grammar
 from llamaserve.serving.template_kwargs import server_template_kwargs
-from llamaserve.spec_setup import build_speculator, moe_overrides, pool_spec
+from llamaserve.spec_setup import build_speculator, pool_spec
 
 log = logging.getLogger("llamaserve")
 
@@ -224,29 +225,6 @@ def cache_policy(config: ServerConfig, prefill_tile_rows: int = 0) -> CachePolic
     )
 
 
-def model_load_settings(config: ServerConfig) -> ModelLoadSettings:
-    load = config.load
-    # --cpu-moe/-ncmoe/-ncffn are tensor overrides onto the CPU buffer, as llama-server spells them.
-    overrides = [*load.override_tensor, *moe_overrides(load.cpu_moe, load.n_cpu_moe)]
-    for layer in range(load.n_cpu_ffn):
-        overrides.append(rf"blk\.{layer}\.ffn_(up|down|gate)\.=CPU")
-    return ModelLoadSettings(
-        n_gpu_layers=load.n_gpu_layers,
-        split_mode=load.split_mode,
-        main_gpu=load.main_gpu,
-        tensor_split=load.tensor_split,
-        devices=load.devices,
-        load_mode=load.effective_load_mode,
-        lazy_mode=load.lazy_mode,
-        check_tensors=load.check_tensors,
-        repack=load.repack,
-        no_host=load.no_host,
-        override_kv=load.override_kv,
-        override_tensor=tuple(overrides),
-        rpc_servers=load.rpc_servers,
-    )
-
-
 def context_tuning(config: ServerConfig) -> dict[str, Any]:
     """The ContextSettings fields that come straight from the flags."""
     t = config.tuning
@@ -331,40 +309,6 @@ def _announce_hardware_flags(config: ServerConfig) -> None:
         )
 
 
-# The spellings (and variables) of llama-server's fitting flags, as `config.hardware_flags` lists them.
-_FIT_FLAGS = frozenset(
-    {"-fit", "--fit", "LLAMA_ARG_FIT", "-fitt", "--fit-target", "LLAMA_ARG_FIT_TARGET"}
-    | {"-fitc", "--fit-ctx", "LLAMA_ARG_FIT_CTX"}
-)
-
-
-def _check_fit(config: ServerConfig) -> None:
-    """--fit, -fitt, -fitc: llama-server (fit on by default) lowers the settings left unset
-    (-ngl, -c, ...) until the model fits each device's memory with -fitt MiB to spare, never
-    below -fitc tokens of context. That is llama.cpp's common library (`common_fit_params`),
-    which llama-cpp-python does not ship, and llamaserve does not do it. Without a GPU backend
-    there is no device memory to fit, in llama-server too: the values are checked and the flags
-    announced as having no effect. With one, asking for fitting is refused, and the default
-    (on) is said not to happen; `--fit off` is what runs."""
-    load = config.load
-    if not load.fit or not gpu_offload_supported():
-        return
-    asked = [flag for flag in config.hardware_flags if flag in _FIT_FLAGS]
-    if asked:
-        raise ConfigError(
-            f"{asked[0]}: fitting the model into device memory (--fit on, -fitt "
-            f"{','.join(map(str, load.fit_target))} MiB, -fitc {load.fit_ctx}) is not part of llamaserve: "
-            "llama.cpp does it in its common library, which llama-cpp-python does not ship; "
-            "pass --fit off and set -ngl and -c yourself"
-        )
-    log.warning(
-        "llama-server fits the model into device memory by default (--fit on); llamaserve does not: "
-        "it loads with -ngl %d and -c %d as set (pass --fit off to say so)",
-        load.n_gpu_layers,
-        config.ctx_size,
-    )
-
-
 def _announce_unused_tuning(config: ServerConfig) -> None:
     """--ctx-checkpoints / --checkpoint-min-step: validated, but we keep no context checkpoints.
 
@@ -425,26 +369,28 @@ def devices_text() -> str:
     return list_devices_text()
 
 
-def load_runtime(config: ServerConfig) -> ModelRuntime:
+def load_runtime(config: ServerConfig, load: ModelLoad | None = None) -> ModelRuntime:
     """Load the model and build everything that serves it; the scheduler thread is running on return.
 
+    `load` is the model's load when it began already (at start, before this module was
+    imported: `model_load.py`); without one it begins here.
     A step that fails half-way (a template that does not compile, a bad adapter) frees the
     native memory already taken: a reload after sleeping must not leak a model per failure.
     """
-    with ExitStack() as undo:
-        return _build_runtime(config, undo)
-
-
-def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
-    t0 = time.perf_counter()
-    _announce_hardware_flags(config)
-    _check_fit(config)
-    _announce_unused_tuning(config)
-    if config.load.numa:
-        init_numa(config.load.numa)
-    load_settings = model_load_settings(config)
+    load = load or ModelLoad(config)
     try:
-        model = Model(config.model, load_settings)
+        with ExitStack() as undo:
+            return _build_runtime(config, load, undo)
+    finally:
+        load.done()
+
+
+def _build_runtime(config: ServerConfig, load: ModelLoad, undo: ExitStack) -> ModelRuntime:
+    t0 = load.started
+    _announce_hardware_flags(config)
+    _announce_unused_tuning(config)
+    try:
+        model = load.take()
     except LoadSettingsError as exc:
         raise ConfigError(str(exc)) from exc
     undo.callback(model.close)
@@ -500,14 +446,15 @@ def _build_runtime(config: ServerConfig, undo: ExitStack) -> ModelRuntime:
         show_special=config.special,
         queue_limits=QueueLimits(config.max_queue, config.max_queue_tokens),
         max_itl_ms=config.max_itl_ms,
-        speculator=None if embedding_only else build_speculator(config, model, settings, load_settings, undo),
+        speculator=None if embedding_only else build_speculator(config, model, settings, load.settings, undo),
     )
     grammar = server_default_grammar(model, config.default_grammar, config.default_json_schema)
     if grammar is not None:
         # Requests start from config.sampling, so the default reaches every one that names no grammar.
         config = replace(config, sampling=replace(config.sampling, grammar=grammar))
     if not settings.embeddings and config.tuning.warmup:
-        context.warm_up(model.bos if model.bos >= 0 else 0)
+        # One thread unless placement flags attached pools of their own, which set the thread counts.
+        context.warm_up(model.bos if model.bos >= 0 else 0, one_thread=pools is None)
     slot_files = None
     if config.slot_save_path:
         slot_files = SlotFiles(
@@ -576,8 +523,14 @@ def _engine_client(
     return PromptLoggingClient(scheduler, model, config.log_prompts_dir, slot_files=slot_files, persist_slots=persist)
 
 
-def serve(config: ServerConfig) -> int:
-    """Run the server until SIGTERM/SIGINT; the process exit code."""
-    state = ServerState(config, loader=load_runtime, trim_memory=malloc_trim)
+def serve(config: ServerConfig, load: ModelLoad | None = None) -> int:
+    """Run the server until SIGTERM/SIGINT; the process exit code. `load`: the model's load, begun
+    before this module was imported (cli); the first runtime is built on it, a reload after
+    sleeping loads anew."""
+
+    def loader(config: ServerConfig) -> ModelRuntime:
+        return load_runtime(config, load if load is not None and load.pending else None)
+
+    state = ServerState(config, loader=loader, trim_memory=malloc_trim)
     hooks = server.NativeHooks(route_logs=route_llama_logs, set_load_progress=set_load_progress)
     return server.serve(state, hooks)

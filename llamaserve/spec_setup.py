@@ -21,18 +21,9 @@ from llamaserve.llama.draft import DraftModel
 from llamaserve.llama.load_params import LoadSettingsError, ModelLoadSettings
 from llamaserve.llama.model import Model
 from llamaserve.llama.threads import PoolSpec, ThreadPools
+from llamaserve.model_load import moe_overrides
 
 log = logging.getLogger("llamaserve")
-
-# llama.cpp's patterns for the MoE expert tensors (common.h's LLM_FFN_EXPS_REGEX and friends).
-_EXPS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
-
-
-def moe_overrides(cpu_moe: bool, n_cpu_moe: int) -> list[str]:
-    """`--cpu-moe` / `-ncmoe N` (and their draft twins) as the tensor overrides llama-server makes of them."""
-    out = [f"{_EXPS}=CPU"] if cpu_moe else []
-    out += [rf"blk\.{layer}{_EXPS}=CPU" for layer in range(n_cpu_moe)]
-    return out
 
 
 def pool_spec(placement: CpuPlacement, fallback: CpuPlacement, n_threads: int) -> PoolSpec:

@@ -70,8 +70,9 @@ def _formatter(config: ServerConfig, colors: bool) -> logging.Formatter:
 def setup_logging(config: ServerConfig, route_native_logs: Callable[[bool], None]) -> None:
     """-lv/-v pick the level; the other --log-* flags shape the lines (see the module doc)."""
     root = logging.getLogger()
-    for handler in list(root.handlers):
+    for handler in list(root.handlers):  # a second call (the model's load sets logging up first) replaces them
         root.removeHandler(handler)
+        handler.close()  # a --log-file handler's file; a stream handler leaves its stream open
     if config.log_disable:
         root.addHandler(logging.NullHandler())
         root.setLevel(logging.CRITICAL + 1)

@@ -66,9 +66,18 @@ def main(argv: Sequence[str] | None = None, prog: str = "llama-server") -> int:
         from llamaserve.router import serve_router  # deferred: a router never loads libllama
 
         return serve_router(config, args, env)
-    from llamaserve.compose import serve  # deferred: --help and a bad flag answer without loading libllama
+    # The model's file starts loading on a thread of its own before the rest of the server is
+    # imported (the composition root, the engine, the app): llama.cpp reads it without the GIL.
+    # Deferred like compose: --help and a bad flag answer without loading libllama.
+    from llamaserve.model_load import begin_model_load
 
-    return serve(config)
+    load = begin_model_load(config)
+    try:
+        from llamaserve.compose import serve
+
+        return serve(config, load)
+    finally:
+        load.discard()  # a no-op once the server took the model; else the process must not end mid-load
 
 
 def entry_llama_server() -> None:

@@ -219,10 +219,20 @@ class Context:
             if non_causal:
                 C.llama_set_causal_attn(self.handle, True)
 
-    def warm_up(self, token: int) -> None:
+    def warm_up(self, token: int, one_thread: bool = False) -> None:
         """One throwaway decode, as llama-server does at start: the first real
-        request would otherwise pay for the compute buffers and cold weight pages."""
-        self.decode([(token, 0, 0, True)])
+        request would otherwise pay for the compute buffers and cold weight pages.
+
+        `one_thread`: at start the decode runs beside Python importing the server, and ggml's
+        threads meet at every op, so a second one sharing a core with the imports slows the
+        decode down (on 2 cores, ~0.1 s of start-up); one thread touches the same pages."""
+        if one_thread:
+            C.llama_set_n_threads(self.handle, 1, 1)
+        try:
+            self.decode([(token, 0, 0, True)])
+        finally:
+            if one_thread:
+                C.llama_set_n_threads(self.handle, self.settings.n_threads, self.settings.n_threads_batch)
         self.clear()
 
     def seq_remove(self, seq_id: int, p0: int, p1: int = -1) -> bool:

@@ -199,8 +199,8 @@ def test_flags_of_features_not_built_yet_exit_1_naming_the_feature(
 
 
 def test_the_draft_models_own_placement_flags_reach_its_load_settings(model_file: str) -> None:
-    from llamaserve.compose import model_load_settings
     from llamaserve.config import CpuPlacement
+    from llamaserve.model_load import model_load_settings
     from llamaserve.spec_setup import draft_load_settings
 
     argv = ["-m", model_file, "-md", model_file, "--spec-type", "draft-simple", "-dev", "none", "--mlock"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaserve import compose
+from llamaserve import compose, model_load
 from llamaserve.cli import config_from_args
 from llamaserve.config import ConfigError
 
@@ -56,33 +56,34 @@ def test_fit_on_a_cpu_build_has_nothing_to_fit(
     model_file: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(compose, "gpu_offload_supported", lambda: False)
+    monkeypatch.setattr(model_load, "gpu_offload_supported", lambda: False)
     cfg = config_from_args(["-m", model_file, "--fit", "on", "-fitt", "512", "-fitc", "2048"], environ={})
     assert (cfg.load.fit, cfg.load.fit_target, cfg.load.fit_ctx) == (True, (512,), 2048)
     with caplog.at_level(logging.WARNING, logger="llamaserve"):
-        compose._check_fit(cfg)  # as llama-server without a GPU: nothing happens
+        model_load.check_fit(cfg)  # as llama-server without a GPU: nothing happens
         compose._announce_hardware_flags(cfg)
     assert "-fitt" in caplog.text and "no GPU backend" in caplog.text
 
 
 def test_fit_asked_on_a_gpu_build_is_refused_naming_it(model_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compose, "gpu_offload_supported", lambda: True)
+    monkeypatch.setattr(model_load, "gpu_offload_supported", lambda: True)
     for argv, named in ((["--fit", "on"], "--fit"), (["-fitt", "2048"], "-fitt"), (["-fitc", "8192"], "-fitc")):
         cfg = config_from_args(["-m", model_file, *argv], environ={})
         with pytest.raises(ConfigError, match=f"^{named}: fitting the model into device memory .*--fit off"):
-            compose._check_fit(cfg)
+            model_load.check_fit(cfg)
     cfg = config_from_args(["-m", model_file], environ={"LLAMA_ARG_FIT_CTX": "8192"})
     with pytest.raises(ConfigError, match="-fitc 8192"):
-        compose._check_fit(cfg)
+        model_load.check_fit(cfg)
 
 
 def test_fit_by_default_on_a_gpu_build_says_it_does_not_happen(
     model_file: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(compose, "gpu_offload_supported", lambda: True)
+    monkeypatch.setattr(model_load, "gpu_offload_supported", lambda: True)
     with caplog.at_level(logging.WARNING, logger="llamaserve"):
-        compose._check_fit(config_from_args(["-m", model_file, "-ngl", "20", "-c", "4096"], environ={}))
+        model_load.check_fit(config_from_args(["-m", model_file, "-ngl", "20", "-c", "4096"], environ={}))
     assert "llamaserve does not" in caplog.text and "-ngl 20 and -c 4096" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="llamaserve"):
-        compose._check_fit(config_from_args(["-m", model_file, "--fit", "off"], environ={}))
+        model_load.check_fit(config_from_args(["-m", model_file, "--fit", "off"], environ={}))
     assert caplog.text == ""

@@ -89,7 +89,17 @@ ALLOWED: dict[str, set[str]] = {
         "quota",
         "telemetry",
     },
-    "cli": {"config", "engine.sampling", "engine.spec_params", "hub", "compose", "router", "scale", "quota.policy"},
+    "cli": {
+        "config",
+        "engine.sampling",
+        "engine.spec_params",
+        "hub",
+        "model_load",
+        "compose",
+        "router",
+        "scale",
+        "quota.policy",
+    },
     # What the processes at the edge share (edge/: the proxy, the app shell, the /metrics merge):
     # plain HTTP forwarding, with the API's key/CORS/site middleware in the shell; never the engine.
     "edge": {
@@ -134,6 +144,7 @@ ALLOWED: dict[str, set[str]] = {
     "unified_cli": {"cli", "hub", "llama.buildinfo", "ray"},
     "compose": {"*"},  # the composition root wires everything together
     "spec_setup": {"*"},  # part of the composition root: the draft model under the engine's seams
+    "model_load": {"*"},  # part of the composition root: the model's load, begun before the rest is imported
     "__main__": {"cli"},
     "__init__": set(),
 }
