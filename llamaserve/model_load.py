@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+from llamaserve.api.load_bar import load_bar_for
 from llamaserve.api.logs import setup_logging
 from llamaserve.config import ConfigError, ServerConfig
 from llamaserve.llama.load_params import ModelLoadSettings
@@ -195,9 +196,17 @@ class ModelLoad:
 def begin_model_load(config: ServerConfig) -> ModelLoad:
     """Set up logging (llama.cpp's lines too, which the load writes) and start loading `config.model`.
 
-    A progress reporter is in place from the start, so the load can be stopped (`discard`); the
-    server's own (the terminal bar, a stop on shutdown) replaces it when the server starts, and
-    the bridge asks whichever is current at each report."""
+    A progress reporter is in place from the start, so the load can be stopped (`discard`); it
+    draws the terminal's bar, since a small model can be loaded before the server starts. The
+    server's own (the bar, a stop on shutdown) replaces it then, and the bridge asks whichever
+    is current at each report."""
     setup_logging(config, route_llama_logs)
-    set_load_progress(lambda _progress: True)
+    draw = load_bar_for(config)
+
+    def report(progress: float) -> bool:
+        if draw is not None:
+            draw(progress)
+        return True
+
+    set_load_progress(report)
     return ModelLoad(config)

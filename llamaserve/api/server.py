@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 from llamaserve.api.heap import settle_heap
 from llamaserve.api.listen import Listener, close_listeners
+from llamaserve.api.load_bar import load_bar_for
 from llamaserve.api.logs import setup_logging
 from llamaserve.api.parent_watch import exit_when_stdin_closes, is_router_child
 from llamaserve.api.run import Site, StopSwitch, bind, run_server, start_request_tracing
@@ -50,23 +50,6 @@ class NativeHooks:
     route_logs: Callable[[bool], None]  # send the library's own log into Python logging (verbose or not)
     # Report loading progress (0..1) to a callback; the callback returning False aborts the load.
     set_load_progress: Callable[[Callable[[float], bool] | None], None]
-
-
-def terminal_load_bar(stream: TextIO) -> Callable[[float], None]:
-    """Draws llama.cpp's loading progress in place on a terminal: `loading model [####----]  45%`."""
-    last = [-1]
-
-    def draw(progress: float) -> None:
-        pct = max(0, min(100, int(progress * 100)))
-        if pct == last[0]:
-            return
-        last[0] = pct
-        filled = pct * 24 // 100
-        end = "\n" if pct == 100 else ""
-        stream.write(f"\rloading model [{'#' * filled}{'-' * (24 - filled)}] {pct:3d}%{end}")
-        stream.flush()
-
-    return draw
 
 
 def serve(state: ServerState, hooks: NativeHooks) -> int:
@@ -138,7 +121,7 @@ class _ModelSite(Site):
 
     def begin(self, stop: StopSwitch) -> None:
         config = self.state.config
-        draw = terminal_load_bar(sys.stderr) if sys.stderr.isatty() and not config.log_disable else None
+        draw = load_bar_for(config)
 
         def report(progress: float) -> bool:
             if draw is not None:
