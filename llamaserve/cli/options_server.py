@@ -742,7 +742,7 @@ SERVER_OPTIONS: tuple[Opt, ...] = (
         metavar="N",
         env="LLAMA_ARG_BATCH_CONCURRENCY",
         group=SERVER,
-        help="most lines of a batch running at once, always fewer than the slots (0: auto, 4)",
+        help="most lines of a batch running at once, always fewer than the slots (0: auto, half the slots, at most 8)",
     ),
     row(
         "--cache-persist",
