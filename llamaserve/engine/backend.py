@@ -7,9 +7,10 @@ them, so it never imports llama.cpp and its tests can stand in fakes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
+if TYPE_CHECKING:  # an annotation only: numpy stays off the path to the model's load (llama/__init__.py)
+    import numpy as np
 
 
 @dataclass(frozen=True)
