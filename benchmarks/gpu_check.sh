@@ -19,12 +19,15 @@
 #      (-ngl 99 -fa on -np/-c/-kvu alike): single-stream decode, prefill of a ~4k-token prompt
 #      (cpu: ~512), aggregate tok/s and TTFT p50 at 16 and 64 streaming clients (cpu: 2 and 4),
 #      greedy with ignore_eos;
-#   4. the summary table (benchmarks/gpu_summary.py), printed last.
-# The serving-ceiling ("sleeping runner") benchmark of issue 40 is not part of it yet.
+#   4. the serving ceiling (benchmarks/serving_ceiling.py): our whole server over a runner that
+#      sleeps a GPU-like step instead of decoding, on this machine's cores, against the ideal
+#      tokens/s, at 1 stream / 1.5 ms, 64 / 5 ms and 256 / 10 ms (the first shape's vocabulary);
+#   5. the summary table (benchmarks/gpu_summary.py), printed last.
 #
-# $OUT receives at most 6 files: summary.txt (every step's outcome, then the table), table.md,
+# $OUT receives at most 7 files: summary.txt (every step's outcome, then the tables), table.md,
 # results.json (both shapes' serve_bench results), report.md (serve_bench's own tables),
-# machine.txt, logs.tar.gz (build, model, bench and server logs).
+# ceiling.md (the serving ceiling's table and rows), machine.txt, logs.tar.gz (build, model,
+# bench and server logs).
 # Exit codes: 0 all ran, 1 a step failed or was cut, 2 no GPU or no nvcc in gpu mode, 3 no pack.
 #
 # Environment: GPU_CHECK_MODE (gpu|cpu), GPU_CHECK_SECONDS, GPU_PACK_DIR (default .gpucheck),
@@ -209,6 +212,8 @@ if [ "$MODE" = gpu ]; then
         --pp-tokens 4000)
     BENCH_LIMIT=150
     BENCH_MIN=70
+    CEILING_LIMIT=90
+    CEILING_ARGS=(--seconds 2)
 else
     SHAPES="${GPU_CHECK_SHAPES:-tiny1 tiny2}"
     SERVER_ARGS="-ngl 99 -fa on -np 4 -c 4096 -kvu -t 2 -tb 2"
@@ -216,6 +221,8 @@ else
         --pp-tokens 512)
     BENCH_LIMIT=600
     BENCH_MIN=120
+    CEILING_LIMIT=300
+    CEILING_ARGS=(--seconds 2)
 fi
 
 # ---------------------------------------------------------------- 1. Python packages
@@ -333,8 +340,9 @@ for s in "$@"; do
         continue
     fi
     # A shape gets up to BENCH_LIMIT seconds, less what the shapes after it need at least
-    # (BENCH_MIN each) if that much is left; 20 s stay for the summary. The first shape comes first.
-    RESERVE=20
+    # (BENCH_MIN each) if that much is left; the serving ceiling's time and 20 s for the summary
+    # stay. The first shape comes first.
+    RESERVE=$((20 + CEILING_LIMIT))
     later=$(((n_left - 1) * BENCH_MIN))
     limit=$(($(left) - RESERVE - later))
     [ "$limit" -lt "$BENCH_MIN" ] && limit=$(($(left) - RESERVE))
@@ -356,7 +364,26 @@ for s in "$@"; do
     n_left=$((n_left - 1))
 done
 
-# ---------------------------------------------------------------- 4. the summary
+# ---------------------------------------------------------------- 4. the serving ceiling
+# The sleeping runner loads the first shape for its vocabulary and template; its KV cache is
+# made as usual (-ngl 99: on the GPU), but no step decodes.
+RESERVE=20
+set -- $SHAPES
+if [ -f "$MODELS/$1.gguf" ]; then
+    if step ceiling "$CEILING_LIMIT" "$PY" benchmarks/serving_ceiling.py "${CEILING_ARGS[@]}" \
+        --json "$WORK/ceiling.json" -- -m "$MODELS/$1.gguf" -ngl 99; then
+        { echo "Serving ceiling (our server over a sleeping runner, $1's vocabulary, $(nproc) cores):"
+            sed -n '/^| streams/,$p' "$LOGS/ceiling.log"
+            echo; echo '```json'; cat "$WORK/ceiling.json"; echo '```'; } >"$OUT/ceiling.md"
+        sed -n '/^| streams/,$p' "$LOGS/ceiling.log" | tee -a "$OUT/summary.txt" >&2
+    else
+        FAILED=1
+    fi
+else
+    say "ceiling: no model"
+fi
+
+# ---------------------------------------------------------------- 5. the summary
 RESERVE=0
 if [ "${#RESULTS[@]}" -gt 0 ]; then
     "$PY" benchmarks/gpu_summary.py --mode "$MODE" --server-args "$SERVER_ARGS" --out "$OUT" "${RESULTS[@]}" \
