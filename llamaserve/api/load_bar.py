@@ -31,6 +31,14 @@ def terminal_load_bar(stream: TextIO) -> Callable[[float], None]:
     return draw
 
 
+_stderr_bar: list[Callable[[float], None]] = []  # one per process: the early load's and the server's reporters share it
+
+
 def load_bar_for(config: ServerConfig) -> Callable[[float], None] | None:
-    """The bar on stderr when it is a terminal and logging is on, else None."""
-    return terminal_load_bar(sys.stderr) if sys.stderr.isatty() and not config.log_disable else None
+    """The bar on stderr when it is a terminal and logging is on, else None. Every caller gets
+    the same bar, so a reporter that replaces another mid-load does not draw a percent twice."""
+    if not sys.stderr.isatty() or config.log_disable:
+        return None
+    if not _stderr_bar:
+        _stderr_bar.append(terminal_load_bar(sys.stderr))
+    return _stderr_bar[0]
