@@ -6,10 +6,18 @@ Each level is STREAMS:STEP_MS. For each, `sleeping_server.py` starts our whole s
 (HTTP, SSE, scheduler) over a runner that sleeps STEP_MS per step with the GIL released and
 samples a fixed token, with `-np STREAMS`; a client in another process opens STREAMS
 streaming chat requests at once (greedy, `ignore_eos`, T tokens each, T sized so a level
-lasts about --seconds). An ideal server takes one step for the prompts (a few when they
-exceed the batch) and T - 1 more, one token per stream per step, so
+lasts about --seconds). An ideal server takes one step per micro-batch of the prompts
+(STREAMS * ~40 tokens in micro-batches of 512, llama.cpp's default -ub) and T - 1 more, one
+token per stream per step, so
 
     ideal tok/s = STREAMS * T / ((prompt steps + T - 1) * STEP_MS)
+
+A step costs STEP_MS per micro-batch because llama.cpp computes a decode's micro-batches one
+after another, on a GPU as on a CPU: a server that puts 2,048 prompt tokens in one call pays
+four micro-batches for them. Ours never plans more than one micro-batch a step, so the
+sleeping runner's fixed STEP_MS per step charges it exactly that. (Until 2026-12-06 the ideal
+counted prompt steps of 2,048 tokens: 5 instead of 20 at 256 streams, about 5% of that
+level's ideal time.)
 
 and the table gives the measured rate as a share of it, TTFT p50, and the CPU time per
 streamed token of each of the server's threads (from /proc, named by the server's map of
@@ -45,7 +53,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 PROMPT_TOKENS = 40  # about what the chat template makes of the short question below
-N_BATCH = 2048
+N_UBATCH = 512  # llama.cpp's default -ub, which the servers here run with
 FIRST_TEXT = re.compile(rb'"content": ?"')
 
 
@@ -66,7 +74,7 @@ class Level:
 
     @property
     def ideal_tok_s(self) -> float:
-        prompt_steps = max(1, -(-self.streams * PROMPT_TOKENS // N_BATCH))
+        prompt_steps = max(1, -(-self.streams * PROMPT_TOKENS // N_UBATCH))
         return self.streams * self.tokens / ((prompt_steps + self.tokens - 1) * self.step_ms / 1000)
 
 

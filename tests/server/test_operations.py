@@ -212,8 +212,17 @@ def test_tls(model_path: str, tmp_path: Path) -> None:
             ready_scheme="https",
         )
         url = port_srv.url.replace("http://", "https://")
-        r = httpx.get(f"{url}/health", verify=ssl.create_default_context(cafile=str(cert)))
+        verify = ssl.create_default_context(cafile=str(cert))
+        r = httpx.get(f"{url}/health", verify=verify)
         assert r.status_code == 200
+        # A stream's middle chunks skip the middleware (api/direct_body.py); over TLS they must
+        # still pass through the encryption, not straight to the socket.
+        body = {"prompt": "Once upon a time", "n_predict": 6, "stream": True, "temperature": 0}
+        with httpx.stream("POST", f"{url}/completion", json=body, verify=verify, timeout=60) as streamed:
+            events = [json.loads(line[6:]) for line in streamed.iter_lines() if line.startswith("data: ")]
+        assert streamed.status_code == 200
+        assert events[-1]["stop"] is True and events[-1]["tokens_predicted"] == 6
+        assert sum(1 for e in events if e.get("content")) >= 2
     finally:
         if port_srv is not None:
             stop_server(port_srv)
