@@ -3,8 +3,9 @@
 One row per flag (`opt.Opt`): spellings, value check, environment variable, group, destination.
 The destination names a `ServerConfig` field; a dotted one (`load.split_mode`) a field of one of
 its parts. Defaults live on the config dataclasses, not here, so they are stated once. The rows
-are kept by group: `options_common.py`, `options_sampling.py`, `options_server.py`,
-`options_speculative.py` (a feature not built yet: those flags exit 1 naming it) and
+are kept by group: `options_common.py`, `options_sampling.py`, `options_server.py` (our own
+server flags, which follow llama-server's in that group, in `options_own.py`),
+`options_speculative.py` (speculative decoding and the draft model) and
 `options_presets.py`.
 """
 
