@@ -12,13 +12,6 @@ token per stream per step, so
 
     ideal tok/s = STREAMS * T / ((prompt steps + T - 1) * STEP_MS)
 
-A step costs STEP_MS per micro-batch because llama.cpp computes a decode's micro-batches one
-after another, on a GPU as on a CPU: a server that puts 2,048 prompt tokens in one call pays
-four micro-batches for them. Ours never plans more than one micro-batch a step, so the
-sleeping runner's fixed STEP_MS per step charges it exactly that. (Until 2026-12-06 the ideal
-counted prompt steps of 2,048 tokens: 5 instead of 20 at 256 streams, about 5% of that
-level's ideal time.)
-
 and the table gives the measured rate as a share of it, TTFT p50, and the CPU time per
 streamed token of each of the server's threads (from /proc, named by the server's map of
 native ids) and of the client process, so the client is seen not to be the bottleneck.
@@ -26,6 +19,13 @@ The goals of this benchmark: >= 95% of ideal at 1 stream / 1.5 ms, 64 / 5 ms, 25
 Two more columns say where the rest went, per step: how late the runner's sleep returned (its
 wakeup, then its wait for the GIL) and how long the scheduler took from one step's end to the
 next one's start; a level's share is about STEP_MS / (STEP_MS + late + between).
+
+A step costs STEP_MS per micro-batch because llama.cpp computes a decode's micro-batches one
+after another, on a GPU as on a CPU: a server that puts 2,048 prompt tokens in one call pays
+four micro-batches for them. Ours never plans more than one micro-batch a step, so the
+sleeping runner's fixed STEP_MS per step charges it exactly that. (Until 2026-12-06 the ideal
+counted prompt steps of 2,048 tokens: 5 instead of 20 at 256 streams, about 5% of that
+level's ideal time.)
 """
 
 from __future__ import annotations
