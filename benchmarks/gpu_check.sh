@@ -221,7 +221,6 @@ if [ "$MODE" = gpu ]; then
     BENCH_LIMIT=150
     BENCH_MIN=70
     CEILING_LIMIT=90
-    CEILING_ARGS=(--seconds 2)
 else
     SHAPES="${GPU_CHECK_SHAPES:-tiny1 tiny2}"
     SERVER_ARGS="-ngl 99 -fa on -np 4 -c 4096 -kvu -t 2 -tb 2"
@@ -230,7 +229,6 @@ else
     BENCH_LIMIT=600
     BENCH_MIN=120
     CEILING_LIMIT=300
-    CEILING_ARGS=(--seconds 2)
 fi
 
 # ---------------------------------------------------------------- 1. Python packages
@@ -382,7 +380,7 @@ done
 RESERVE=20
 set -- $SHAPES
 if [ -f "$MODELS/$1.gguf" ]; then
-    if step ceiling "$CEILING_LIMIT" "$PY" benchmarks/serving_ceiling.py "${CEILING_ARGS[@]}" \
+    if step ceiling "$CEILING_LIMIT" "$PY" benchmarks/serving_ceiling.py --seconds 2 \
         --json "$WORK/ceiling.json" -- -m "$MODELS/$1.gguf" -ngl 99; then
         { echo "Serving ceiling (our server over a sleeping runner, $1's vocabulary, $(nproc) cores):"
             sed -n '/^| streams/,$p' "$LOGS/ceiling.log"

@@ -7,6 +7,7 @@ server, whose reporter also stops a load that a shutdown made pointless.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from typing import TextIO
@@ -31,14 +32,13 @@ def terminal_load_bar(stream: TextIO) -> Callable[[float], None]:
     return draw
 
 
-_stderr_bar: list[Callable[[float], None]] = []  # one per process: the early load's and the server's reporters share it
+@functools.cache
+def _stderr_load_bar() -> Callable[[float], None]:
+    """One bar per process: the early load's and the server's reporters share it."""
+    return terminal_load_bar(sys.stderr)
 
 
 def load_bar_for(config: ServerConfig) -> Callable[[float], None] | None:
     """The bar on stderr when it is a terminal and logging is on, else None. Every caller gets
     the same bar, so a reporter that replaces another mid-load does not draw a percent twice."""
-    if not sys.stderr.isatty() or config.log_disable:
-        return None
-    if not _stderr_bar:
-        _stderr_bar.append(terminal_load_bar(sys.stderr))
-    return _stderr_bar[0]
+    return _stderr_load_bar() if sys.stderr.isatty() and not config.log_disable else None

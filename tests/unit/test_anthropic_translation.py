@@ -20,7 +20,7 @@ from llamaserve.errors import APIError
 from llamaserve.families.anthropic.protocol import CountTokensRequest, MessagesRequest
 from llamaserve.families.anthropic.request import to_chat_request
 from llamaserve.families.anthropic.serving import MessageStream, error_event, message_body
-from llamaserve.families.chat.serving import ChatChoice, ChatChunk, ChatResult
+from llamaserve.families.chat.answers import ChatChoice, ChatChunk, ChatResult
 from llamaserve.serving.generate import Usage
 
 

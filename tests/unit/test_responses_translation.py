@@ -15,7 +15,7 @@ import pytest
 
 from llamaserve.chat.parsed import ParsedMessage, ToolCall
 from llamaserve.errors import APIError
-from llamaserve.families.chat.serving import ChatChunk
+from llamaserve.families.chat.answers import ChatChunk
 from llamaserve.families.responses.input import to_chat_request
 from llamaserve.families.responses.protocol import ResponsesRequest
 from llamaserve.families.responses.serving import ResponseStream, envelope, finish, output_items

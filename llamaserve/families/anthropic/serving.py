@@ -1,7 +1,7 @@
 """Anthropic Messages over the chat pipeline.
 
 A Messages request becomes the chat pipeline's request (request.py), runs
-through chat.chat_result / chat.chat_chunks, and their typed answer (the parsed message,
+through answers.chat_result / answers.chat_chunks, and their typed answer (the parsed message,
 the engine's stop type and matched stop word, the usage) is shaped here into Anthropic's
 message and event stream.
 """
@@ -20,8 +20,10 @@ from llamaserve.engine.types import Finished, TextDelta
 from llamaserve.errors import APIError
 from llamaserve.families.anthropic.protocol import CountTokensRequest
 from llamaserve.families.anthropic.request import to_chat_request
+from llamaserve.families.chat import answers
 from llamaserve.families.chat import serving as chat
-from llamaserve.families.chat.serving import ChatChunk, ChatJobs, ChatResult
+from llamaserve.families.chat.answers import ChatChunk, ChatResult
+from llamaserve.families.chat.serving import ChatJobs
 from llamaserve.serving.adapters import new_id
 from llamaserve.serving.generate import Usage
 from llamaserve.serving.runtime import ModelRuntime
@@ -109,7 +111,7 @@ def message_body(model: str, result: ChatResult, stops: list[str] | None, msg_id
 
 
 async def create_message(rt: ModelRuntime, req: CountTokensRequest, jobs: ChatJobs) -> dict[str, Any]:
-    return message_body(rt.alias, await chat.chat_result(rt, jobs), req.stop_sequences)
+    return message_body(rt.alias, await answers.chat_result(rt, jobs), req.stop_sequences)
 
 
 async def count_tokens(rt: ModelRuntime, req: CountTokensRequest) -> dict[str, int]:
@@ -289,7 +291,7 @@ async def message_stream(
     events: AsyncIterator[tuple[int, TextDelta | Finished]],
 ) -> AsyncIterator[bytes]:
     stream = MessageStream(rt.alias, len(jobs.requests[0].prompt_tokens), req.stop_sequences)
-    async for name, data in message_events(stream, chat.chat_chunks(rt, jobs, events)):
+    async for name, data in message_events(stream, answers.chat_chunks(rt, jobs, events)):
         yield named_event(name, data)
 
 

@@ -13,7 +13,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from llamaserve.api.http import JSONUTF8Response, read_body, read_json, runtime_of, stream_events, with_usage
 from llamaserve.api.sse import until_disconnect
 from llamaserve.errors import APIError
-from llamaserve.families.chat import control, transcriptions
+from llamaserve.families.chat import answers, control, transcriptions
 from llamaserve.families.chat import serving as chat
 from llamaserve.families.chat.protocol import ChatCompletionRequest, ChatControlRequest
 from llamaserve.serving import generate
@@ -32,9 +32,9 @@ def chat_routes(state: ServerState) -> APIRouter:
         if req.stream:
             events = generate.stream(rt.engine, jobs.requests)
             return await stream_events(
-                request, events, lambda ev: chat.chat_stream(rt, req, jobs, ev), ping_interval=req.sse_ping_interval
+                request, events, lambda ev: answers.chat_stream(rt, req, jobs, ev), ping_interval=req.sse_ping_interval
             )
-        return with_usage(request, await until_disconnect(request, chat.chat_complete(rt, jobs)))
+        return with_usage(request, await until_disconnect(request, answers.chat_complete(rt, jobs)))
 
     @router.post("/v1/chat/completions/control")
     async def chat_completions_control(request: Request) -> Response:

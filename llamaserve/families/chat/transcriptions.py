@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from llamaserve.engine.types import Finished, TextDelta
 from llamaserve.errors import APIError
+from llamaserve.families.chat import answers
 from llamaserve.families.chat import serving as chat
 from llamaserve.families.chat.protocol import ChatCompletionRequest
 from llamaserve.serving import generate
@@ -92,7 +93,7 @@ async def transcribe_stream(
     rt: ModelRuntime, jobs: chat.ChatJobs, events: AsyncIterator[tuple[int, TextDelta | Finished]]
 ) -> AsyncIterator[bytes]:
     text = ""
-    async for chunk in chat.chat_chunks(rt, jobs, events):
+    async for chunk in answers.chat_chunks(rt, jobs, events):
         delta = chunk.delta.get("content")
         if chunk.index >= 0 and delta:
             text += str(delta)

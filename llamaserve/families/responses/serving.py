@@ -19,8 +19,10 @@ from typing import Any
 from llamaserve.chat.parsed import ParsedMessage
 from llamaserve.engine.types import Finished, TextDelta
 from llamaserve.errors import APIError
+from llamaserve.families.chat import answers
 from llamaserve.families.chat import serving as chat
-from llamaserve.families.chat.serving import ChatChunk, ChatJobs
+from llamaserve.families.chat.answers import ChatChunk
+from llamaserve.families.chat.serving import ChatJobs
 from llamaserve.families.responses.input import to_chat_request
 from llamaserve.families.responses.protocol import ResponsesRequest
 from llamaserve.serving.adapters import new_id
@@ -157,7 +159,7 @@ def _token_counter(rt: ModelRuntime) -> TokenCounter:
 
 
 async def create_response(rt: ModelRuntime, req: ResponsesRequest, jobs: ChatJobs) -> dict[str, Any]:
-    result = await chat.chat_result(rt, jobs)
+    result = await answers.chat_result(rt, jobs)
     choice = result.choices[0]
     reasoning_tokens = _token_counter(rt)(choice.message.reasoning)
     return finish(
@@ -439,7 +441,7 @@ async def response_stream(
     end and then retrieves the response always finds it stored.
     """
     stream = ResponseStream(envelope(rt.alias, req), _token_counter(rt))
-    async for name, data in response_events(stream, chat.chat_chunks(rt, jobs, events)):
+    async for name, data in response_events(stream, answers.chat_chunks(rt, jobs, events)):
         if on_final is not None and name in ("response.completed", "response.incomplete"):
             data = {**data, "response": await on_final(data["response"])}
         yield named_event(name, data)
