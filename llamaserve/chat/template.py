@@ -7,7 +7,8 @@ environment HF transformers uses, which is what template authors test against) a
 it can produce is turned into one exception type, :class:`TemplateError`, that the server maps to
 an HTTP 400 carrying the message.
 
-Three deliberate differences from the stock sandbox (see ``_TemplateSandbox``): touching an
+Three deliberate differences from the stock sandbox (``template_sandbox.py``, which also holds
+the globals and filters real templates call): touching an
 unsafe attribute (``lipsum.__globals__``) raises at once instead of rendering as empty, lists may
 be appended to / popped from, because real templates (Kimi-K2) need it and every object a template
 can reach is a per-render copy, and a string ``+`` None/undefined is the string, as in llama.cpp's
@@ -32,22 +33,16 @@ from __future__ import annotations
 
 import copy
 import json
-import traceback
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import jinja2
-import jinja2.ext
-import jinja2.nodes
-import jinja2.parser
-import jinja2.runtime
-import jinja2.sandbox
-from jinja2.exceptions import SecurityError
 
 from llamaserve.chat.template_caps import TemplateCaps, probe_caps
-from llamaserve.chat.template_context import concat_plus, extra_context
+from llamaserve.chat.template_context import extra_context
+from llamaserve.chat.template_sandbox import SANDBOX, TemplateError, render_error
 from llamaserve.jsondepth import nests_deeper
 
 __all__ = [
@@ -57,21 +52,6 @@ __all__ = [
     "TemplateError",
     "normalize_messages",
 ]
-
-
-class TemplateError(Exception):
-    """Rendering or compiling a chat template failed; the message is fit to show a client.
-
-    ``raised_by_template`` is True when the template itself refused the conversation through
-    ``raise_exception(...)`` ("System role not supported", "roles must alternate"): the message
-    is then the template author's own words, passed through unchanged, because that is what
-    tells the user how to fix the request.
-    """
-
-    def __init__(self, message: str, *, raised_by_template: bool = False) -> None:
-        super().__init__(message)
-        self.message: str = message
-        self.raised_by_template: bool = raised_by_template
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,180 +74,18 @@ CHATML_TEMPLATE: Final[str] = (
 
 
 # ---------------------------------------------------------------------------------------------
-# Globals and filters that real templates call
+# Message normalization
 # ---------------------------------------------------------------------------------------------
-
-
-def _raise_exception(message: object = "") -> NoReturn:
-    # HF transformers exposes ``raise_exception`` to templates; templates use it to reject
-    # conversations they cannot format. We raise our own type straight through jinja (jinja does
-    # not wrap exceptions raised by called functions) so render() can tell a deliberate refusal
-    # from a template bug.
-    raise TemplateError(str(message), raised_by_template=True)
-
-
-def _strftime_now(fmt: str) -> str:
-    # Local time, like llama.cpp and HF transformers; templates use it for "Today's date".
-    return datetime.now().strftime(fmt)
-
-
-def _json_default(value: object) -> object:
-    # ``tool.function.parameters | tojson`` on a tool that left out ``parameters`` hands us a
-    # jinja Undefined. Serialising it as null keeps the prompt well-formed instead of failing the
-    # request over an optional field.
-    if isinstance(value, jinja2.Undefined):
-        return None
-    # ``tools | map(attribute='function') | tojson`` (llama.cpp's DeepSeek R1 template) hands us
-    # a generator: jinja's map/select filters are lazy in Python but lists in llama.cpp's engine.
-    if isinstance(value, Iterator):
-        return list(value)
-    # Anything else unserialisable is a real error.
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def _tojson(
-    value: object,
-    ensure_ascii: bool = False,
-    indent: int | str | None = None,
-    separators: tuple[str, str] | list[str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    # Jinja's built-in ``tojson`` HTML-escapes ``<``, ``>``, ``&`` and ``'`` (it is meant for
-    # embedding JSON in web pages) and accepts only ``indent``. Model templates are written for
-    # HF transformers' replacement, which is plain ``json.dumps`` with ``ensure_ascii=False`` by
-    # default and the ``indent`` / ``separators`` / ``sort_keys`` keywords; tool schemas rendered
-    # any other way would not match what the model was trained on.
-    seps = tuple(separators) if separators is not None else None
-    return json.dumps(
-        value,
-        ensure_ascii=ensure_ascii,
-        indent=indent,
-        separators=seps,  # type: ignore[arg-type]  # json.dumps wants exactly a 2-tuple
-        sort_keys=sort_keys,
-        default=_json_default,
-    )
-
-
-MAX_ARGUMENT_DEPTH = 64
-
-
-def _from_json(value: str) -> Any:
-    # DeepSeek V3.2/V4 templates do ``args | from_json`` when tool-call arguments arrive as a
-    # string; llama.cpp's template engine provides that filter, jinja2 does not.
-    return json.loads(value)
-
-
-def _finalize(value: object) -> object:
-    # ``{{ message.content }}`` on a tool-call-only assistant message (content null) would print
-    # the Python string "None" into the prompt. No template means that, so None prints as "".
-    return "" if value is None else value
-
-
-class _GenerationTagExtension(jinja2.ext.Extension):
-    """Accept ``{% generation %}...{% endgeneration %}`` and render the body unchanged.
-
-    HF transformers added this tag to mark assistant tokens for training masks; some current
-    templates (LFM2.5, poolside Laguna) contain it, and plain jinja2 would refuse to compile
-    them. For inference the marking means nothing, so the body renders as if the tag were absent.
-    """
-
-    tags = {"generation"}  # noqa: RUF012  (jinja declares it as a plain set attribute)
-
-    def parse(self, parser: jinja2.parser.Parser) -> list[jinja2.nodes.Node]:
-        next(parser.stream)  # the ``generation`` name token
-        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
-
-
-# List methods a template may call although the environment is "immutable". Kimi-K2 templates
-# keep a queue of tool-call ids with ``ns.ids.append(x)`` / ``ns.ids.pop(0)``, which the strict
-# immutable sandbox refuses, so those conversations would fail. Allowing them is safe here
-# because nothing a template can reach is shared: render() hands it deep copies of the messages,
-# tools and kwargs, the globals are functions, and any other list was created by the template
-# during this render. Dict mutation stays blocked (no template in the test corpus needs it).
-_ALLOWED_LIST_MUTATORS: Final[frozenset[str]] = frozenset({"append", "extend", "insert", "pop"})
-
-
-class _TemplateSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
-    """The immutable sandbox, relaxed only for the list methods named above, and strict about
-    unsafe attribute access: it raises at once instead of yielding an Undefined."""
-
-    def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
-        # The stock sandbox returns an Undefined that only fails when used further, so
-        # ``{{ lipsum.__globals__ }}`` quietly renders "". No chat template has a legitimate
-        # reason to touch ``__globals__``/``__class__``/..., so a template that tries is treated
-        # as broken or hostile and the request fails with a clear message.
-        raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
-
-    # ``+`` goes through call_binop so a string plus None/undefined renders as llama.cpp's
-    # engine renders it (see template_context.concat_plus) instead of failing the request.
-    intercepted_binops = frozenset({"+"})
-
-    def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
-        if operator == "+":
-            applies, joined = concat_plus(left, right)
-            if applies:
-                return joined
-        return super().call_binop(context, operator, left, right)
-
-    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
-        if isinstance(obj, list) and attr in _ALLOWED_LIST_MUTATORS:
-            # Skip the immutability check but keep every other sandbox rule.
-            return jinja2.sandbox.SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
-        return super().is_safe_attribute(obj, attr, value)
-
-
-def _make_environment() -> jinja2.Environment:
-    # trim_blocks/lstrip_blocks match HF transformers' settings: templates are formatted
-    # assuming them, and a stray newline changes the prompt the model sees.
-    env = _TemplateSandbox(
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=[jinja2.ext.loopcontrols, _GenerationTagExtension],
-        finalize=_finalize,
-    )
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    env.filters["tojson"] = _tojson
-    env.filters["from_json"] = _from_json
-    return env
-
-
-# One environment serves every template: it holds no per-template state, and jinja's compiled
-# templates are safe to render from several threads at once.
-_ENV: Final[jinja2.Environment] = _make_environment()
 
 # Names render() always sets; request kwargs (chat_template_kwargs) cannot replace them, so a
 # client cannot swap out the conversation or the globals the template relies on.
 _RESERVED_NAMES: Final[frozenset[str]] = frozenset(
-    {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"} | set(_ENV.globals)
+    {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"} | set(SANDBOX.globals)
 )
 
 
-def _template_line(exc: BaseException) -> int | None:
-    # jinja rewrites tracebacks so frames inside a template carry the template's own line
-    # numbers under the file name "<template>"; the innermost such frame is where it failed.
-    line: int | None = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if frame.filename == "<template>":
-            line = frame.lineno
-    return line
-
-
-def _wrap_render_error(exc: Exception) -> TemplateError:
-    if isinstance(exc, TemplateError):
-        return exc
-    where = _template_line(exc)
-    at = f" at line {where}" if where is not None else ""
-    if isinstance(exc, SecurityError):
-        return TemplateError(f"chat template tried an unsafe operation{at}: {exc}")
-    # UndefinedError, TypeError, KeyError, ZeroDivisionError, ...: a template written for other
-    # inputs, or a broken one. The type name helps whoever debugs it; the server sends a 400.
-    return TemplateError(f"chat template failed to render{at}: {type(exc).__name__}: {exc}")
-
-
-# ---------------------------------------------------------------------------------------------
-# Message normalization
-# ---------------------------------------------------------------------------------------------
+# Tool-call arguments parsed from a JSON string only when they nest no deeper than this.
+MAX_ARGUMENT_DEPTH = 64
 
 # Content-part types whose ``text`` is prompt text. "input_text"/"output_text" are the OpenAI
 # Responses API spellings; accepting them here costs nothing.
@@ -409,7 +227,7 @@ class ChatTemplate:
         self.eos_token: str = eos_token
         self.media_marker: str | None = media_marker
         try:
-            self._template: jinja2.Template = _ENV.from_string(source)
+            self._template: jinja2.Template = SANDBOX.from_string(source)
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc.message}") from exc
         except Exception as exc:  # any other compile failure is still a bad template
@@ -441,7 +259,7 @@ class ChatTemplate:
         try:
             return self._template.render(context)
         except Exception as exc:  # untrusted code: every failure becomes a clean 400
-            raise _wrap_render_error(exc) from exc
+            raise render_error(exc) from exc
 
     def render(
         self,
